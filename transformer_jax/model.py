@@ -1,0 +1,138 @@
+"""The Transformer (paper §3, Figure 1): encoder and decoder stacks and the full model.
+
+Batches use token id 0 for padding. The decoder reads the targets shifted right by one, with 0
+as the start symbol (as tensor2tensor); in packed rows the shift restarts at every segment.
+
+`Transformer.encode`, `Transformer.decode` and `Transformer.__call__` are the entry points;
+with `incremental=True` the decoder runs one position per call over a KV cache (see attention.py
+and beam_search.py).
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from transformer_jax import masks
+from transformer_jax.config import ModelConfig
+from transformer_jax.embedding import Embedding
+from transformer_jax.layers import DecoderLayer, EncoderLayer, layer_norm
+from transformer_jax.positional import PositionalEncoding
+
+
+def shift_right(targets_BxT: jnp.ndarray, segments_BxT: jnp.ndarray | None = None) -> jnp.ndarray:
+  """Decoder inputs: targets shifted right with 0 in front (of each segment when packed)."""
+  shifted_BxT = jnp.pad(targets_BxT, ((0, 0), (1, 0)))[:, :-1]
+  if segments_BxT is not None:
+    prev_BxT = jnp.pad(segments_BxT, ((0, 0), (1, 0)))[:, :-1]
+    shifted_BxT = jnp.where(segments_BxT == prev_BxT, shifted_BxT, 0)
+  return shifted_BxT
+
+
+def _positions(tokens_BxL, positions_BxL):
+  if positions_BxL is not None:
+    return positions_BxL
+  return jnp.broadcast_to(jnp.arange(tokens_BxL.shape[1], dtype=jnp.int32), tokens_BxL.shape)
+
+
+class Encoder(nn.Module):
+  """Embedding + PE + dropout, then N encoder layers (+ final LayerNorm when pre-LN)."""
+
+  config: ModelConfig
+  embedding: Embedding
+
+  @nn.compact
+  def __call__(self, inputs_BxS, positions_BxS=None, segments_BxS=None, deterministic=True):
+    cfg = self.config
+    x_BxSxD = self.embedding.embed(inputs_BxS)
+    x_BxSxD = x_BxSxD + PositionalEncoding(cfg, name="positional")(_positions(inputs_BxS, positions_BxS))
+    x_BxSxD = nn.Dropout(cfg.dropout_rate)(x_BxSxD, deterministic=deterministic)
+    x_BxSxD = nn.with_logical_constraint(x_BxSxD, ("batch", "length", "embed"))
+    mask = masks.encoder_self_mask(inputs_BxS, segments_BxS)
+    for i in range(cfg.num_encoder_layers):
+      x_BxSxD = EncoderLayer(cfg, name=f"layer_{i}")(x_BxSxD, mask, deterministic)
+    if cfg.pre_ln:
+      x_BxSxD = layer_norm(cfg, "final_norm")(x_BxSxD)
+    return x_BxSxD
+
+
+class Decoder(nn.Module):
+  """Embedding + PE + dropout, N decoder layers (+ final LayerNorm), pre-softmax projection."""
+
+  config: ModelConfig
+  embedding: Embedding
+  output_embedding: Embedding | None = None  # untied pre-softmax projection
+  incremental: bool = False
+  max_decode_len: int = 0
+
+  @nn.compact
+  def __call__(self, decoder_inputs_BxT, encoded_BxSxD, self_mask, cross_mask,
+               positions_BxT=None, deterministic=True):
+    cfg = self.config
+    y_BxTxD = self.embedding.embed(decoder_inputs_BxT)
+    y_BxTxD = y_BxTxD + PositionalEncoding(cfg, name="positional")(
+        _positions(decoder_inputs_BxT, positions_BxT))
+    y_BxTxD = nn.Dropout(cfg.dropout_rate)(y_BxTxD, deterministic=deterministic)
+    y_BxTxD = nn.with_logical_constraint(y_BxTxD, ("batch", "length", "embed"))
+    for i in range(cfg.num_decoder_layers):
+      layer = DecoderLayer(cfg, incremental=self.incremental, max_decode_len=self.max_decode_len,
+                           name=f"layer_{i}")
+      y_BxTxD = layer(y_BxTxD, encoded_BxSxD, self_mask, cross_mask, deterministic)
+    if cfg.pre_ln:
+      y_BxTxD = layer_norm(cfg, "final_norm")(y_BxTxD)
+    projection = self.output_embedding or self.embedding
+    logits_BxTxV = projection.attend(y_BxTxD)
+    return nn.with_logical_constraint(logits_BxTxV, ("batch", "length", "vocab"))
+
+
+class Transformer(nn.Module):
+  """The encoder-decoder Transformer. Logits are float32 [B, T, vocab_size]."""
+
+  config: ModelConfig
+  incremental: bool = False
+  max_decode_len: int = 0
+
+  def setup(self):
+    cfg = self.config
+    if cfg.tie_embeddings:
+      self.shared_embedding = Embedding(cfg)
+      src, tgt, out = self.shared_embedding, self.shared_embedding, None
+    else:
+      self.source_embedding = Embedding(cfg)
+      self.target_embedding = Embedding(cfg)
+      self.output_projection = Embedding(cfg)
+      src, tgt, out = self.source_embedding, self.target_embedding, self.output_projection
+    self.encoder = Encoder(cfg, embedding=src)
+    self.decoder = Decoder(cfg, embedding=tgt, output_embedding=out,
+                           incremental=self.incremental, max_decode_len=self.max_decode_len)
+
+  def encode(self, inputs_BxS, inputs_positions=None, inputs_segmentation=None, deterministic=True):
+    return self.encoder(inputs_BxS, inputs_positions, inputs_segmentation, deterministic)
+
+  def decode(self, encoded_BxSxD, inputs_BxS, decoder_inputs_BxT, targets_BxT=None,
+             targets_positions=None, inputs_segmentation=None, targets_segmentation=None,
+             deterministic=True):
+    """Logits for every decoder position.
+
+    Training/scoring: `decoder_inputs` are the shifted targets and `targets` give the padding.
+    Incremental decoding (`incremental=True`): one position per call; the KV cache supplies the
+    causal context, so only the source padding is masked here.
+    """
+    if self.incremental:
+      self_mask = None
+      cross = masks.padding_mask(jnp.ones_like(decoder_inputs_BxT), inputs_BxS)
+    else:
+      if targets_BxT is None:
+        targets_BxT = decoder_inputs_BxT
+      self_mask = masks.decoder_self_mask(targets_BxT, targets_segmentation)
+      cross = masks.cross_mask(targets_BxT, inputs_BxS, targets_segmentation, inputs_segmentation)
+    return self.decoder(decoder_inputs_BxT, encoded_BxSxD, self_mask, cross,
+                        targets_positions, deterministic)
+
+  def __call__(self, inputs_BxS, targets_BxT, inputs_positions=None, targets_positions=None,
+               inputs_segmentation=None, targets_segmentation=None, deterministic=True):
+    """Teacher-forced logits [B, T, V] for predicting `targets` from `inputs`."""
+    encoded_BxSxD = self.encode(inputs_BxS, inputs_positions, inputs_segmentation, deterministic)
+    decoder_inputs_BxT = shift_right(targets_BxT, targets_segmentation)
+    return self.decode(encoded_BxSxD, inputs_BxS, decoder_inputs_BxT, targets_BxT,
+                       targets_positions, inputs_segmentation, targets_segmentation, deterministic)
