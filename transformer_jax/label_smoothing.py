@@ -1,0 +1,42 @@
+"""Label-smoothed cross-entropy (paper §5.4, epsilon_ls = 0.1), padding excluded.
+
+The target distribution puts 1 - eps on the reference token and spreads eps evenly over the
+other V - 1 entries. The reported smoothed loss subtracts that distribution's entropy (as
+tensor2tensor does), so a perfect model scores 0; the NLL of the reference token (whose
+exponential is the per-wordpiece perplexity of Table 3) is returned alongside.
+
+No one-hot [B, T, V] tensor is built: the loss needs only the reference logit, the sum of the
+logits and the log-partition function.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def smoothing_constant(vocab_size: int, epsilon: float) -> float:
+  """Entropy of the smoothed target distribution, -sum q log q."""
+  confidence, low = 1.0 - epsilon, epsilon / (vocab_size - 1)
+  return -(confidence * np.log(confidence) + (vocab_size - 1) * low * np.log(low + 1e-20)) if epsilon else 0.0
+
+
+def cross_entropy_sums(logits_BxTxV: jnp.ndarray, targets_BxT: jnp.ndarray, weights_BxT: jnp.ndarray,
+                       epsilon: float):
+  """Returns (smoothed loss sum, NLL sum, weight sum) over the real tokens, float32."""
+  vocab_size = logits_BxTxV.shape[-1]
+  logits_BxTxV = logits_BxTxV.astype(jnp.float32)
+  log_z_BxT = jax.nn.logsumexp(logits_BxTxV, axis=-1)
+  target_logit_BxT = jnp.take_along_axis(logits_BxTxV, targets_BxT[..., None], axis=-1)[..., 0]
+  nll_BxT = log_z_BxT - target_logit_BxT
+  if epsilon:
+    confidence, low = 1.0 - epsilon, epsilon / (vocab_size - 1)
+    # sum_v -log p_v = V log Z - sum_v logit_v
+    sum_neg_logp_BxT = vocab_size * log_z_BxT - jnp.sum(logits_BxTxV, axis=-1)
+    loss_BxT = confidence * nll_BxT + low * (sum_neg_logp_BxT - nll_BxT)
+    loss_BxT = loss_BxT - smoothing_constant(vocab_size, epsilon)
+  else:
+    loss_BxT = nll_BxT
+  weights_BxT = weights_BxT.astype(jnp.float32)
+  return jnp.sum(loss_BxT * weights_BxT), jnp.sum(nll_BxT * weights_BxT), jnp.sum(weights_BxT)

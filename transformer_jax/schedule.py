@@ -1,0 +1,40 @@
+"""The paper's learning-rate schedule (§5.3) and optimizer, as Optax objects.
+
+lrate = scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
+
+The rate rises linearly for `warmup` steps and then decays with the inverse square root of the
+step. Optax counts updates from 0, so the schedule is evaluated at step + 1 (the paper's step 1
+is the first update).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+
+def inverse_sqrt_schedule(d_model: int, warmup_steps: int, scale: float = 1.0) -> optax.Schedule:
+  def schedule(count):
+    step = jnp.asarray(count, jnp.float32) + 1.0
+    return scale * d_model**-0.5 * jnp.minimum(step**-0.5, step * warmup_steps**-1.5)
+  return schedule
+
+
+def make_schedule(config: ml_collections.ConfigDict) -> optax.Schedule:
+  return inverse_sqrt_schedule(config.model.d_model, config.train.warmup_steps,
+                               config.train.learning_rate_scale)
+
+
+def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
+  """Adam(beta1=0.9, beta2=0.98, eps=1e-9) on the schedule; optional clipping and decay."""
+  t = config.train
+  schedule = make_schedule(config)
+  if t.weight_decay:
+    adam = optax.adamw(schedule, b1=t.adam_b1, b2=t.adam_b2, eps=t.adam_eps,
+                       weight_decay=t.weight_decay)
+  else:
+    adam = optax.adam(schedule, b1=t.adam_b1, b2=t.adam_b2, eps=t.adam_eps)
+  if t.grad_clip_norm:
+    return optax.chain(optax.clip_by_global_norm(t.grad_clip_norm), adam)
+  return adam
