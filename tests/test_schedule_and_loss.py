@@ -1,0 +1,98 @@
+"""The paper's learning-rate schedule, optimizer settings and label-smoothed loss."""
+
+import jax
+import ml_collections
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from configs import base, big
+from transformer_jax.config import ConfigError, default_config, validate
+from transformer_jax.label_smoothing import cross_entropy_sums, smoothing_constant
+from transformer_jax.schedule import inverse_sqrt_schedule, make_optimizer
+
+
+def test_schedule_is_the_paper_formula():
+  fn = inverse_sqrt_schedule(512, 4000)
+  for step in (1, 10, 3999, 4000, 4001, 10000, 100000):
+    expected = 512**-0.5 * min(step**-0.5, step * 4000**-1.5)
+    assert float(fn(step - 1)) == pytest.approx(expected, rel=1e-5)
+  assert float(fn(3999)) == pytest.approx(512**-0.5 * 4000**-0.5, rel=1e-5)  # the peak
+
+
+def test_optimizer_is_adam_with_the_paper_betas():
+  c = base.get_config()
+  assert (c.train.adam_b1, c.train.adam_b2, c.train.adam_eps) == (0.9, 0.98, 1e-9)
+  tx = make_optimizer(c)
+  params = {"w": jnp.ones(3)}
+  grads = {"w": jnp.array([1.0, -2.0, 0.5])}
+  updates, _ = tx.update(grads, tx.init(params), params)
+  ref = optax.adam(512**-0.5 * 4000**-1.5, b1=0.9, b2=0.98, eps=1e-9)
+  ref_updates, _ = ref.update(grads, ref.init(params), params)
+  np.testing.assert_allclose(updates["w"], ref_updates["w"], rtol=1e-5)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1, 0.2])
+def test_label_smoothing_equals_the_explicit_distribution(eps):
+  rng = np.random.default_rng(0)
+  v = 11
+  logits = jnp.asarray(rng.normal(size=(2, 5, v)), jnp.float32)
+  targets = jnp.asarray(rng.integers(0, v, size=(2, 5)))
+  weights = jnp.asarray([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], jnp.float32)
+  loss, nll, tokens = cross_entropy_sums(logits, targets, weights, eps)
+  q = np.full((2, 5, v), eps / (v - 1))
+  np.put_along_axis(q, np.asarray(targets)[..., None], 1 - eps, axis=-1)
+  logp = np.asarray(jax.nn.log_softmax(logits))
+  explicit = (-(q * logp).sum(-1) - smoothing_constant(v, eps)) * np.asarray(weights)
+  onehot_nll = -np.take_along_axis(logp, np.asarray(targets)[..., None], -1)[..., 0]
+  assert float(loss) == pytest.approx(explicit.sum(), rel=1e-5)
+  assert float(nll) == pytest.approx((onehot_nll * np.asarray(weights)).sum(), rel=1e-5)
+  assert float(tokens) == 8.0
+
+
+def test_smoothed_loss_is_zero_for_the_smoothed_target():
+  v, eps = 7, 0.1
+  q = np.full((1, 1, v), eps / (v - 1))
+  q[0, 0, 3] = 1 - eps
+  loss, _, _ = cross_entropy_sums(jnp.log(jnp.asarray(q, jnp.float32)), jnp.array([[3]]),
+                                  jnp.ones((1, 1)), eps)
+  assert abs(float(loss)) < 1e-5
+
+
+def test_paper_configs_validate_and_carry_the_paper_values():
+  for mod in (base, big):
+    c = validate(mod.get_config())
+    assert c.train.warmup_steps == 4000 and c.train.label_smoothing == 0.1
+    assert c.decode.beam_size == 4 and c.decode.alpha == 0.6
+    assert not c.model.pre_ln and c.model.tie_embeddings and c.model.pe_type == "sinusoidal"
+  assert big.get_config().model.dropout_rate == 0.3
+
+
+@pytest.mark.parametrize("path,value,match", [
+    ("train.warmup_steps", 0, "train.warmup_steps"),
+    ("data.tokens_per_batch", 10, "data.tokens_per_batch"),
+    ("mesh.data", 0, "mesh.data"),
+    ("train.label_smoothing", 1.0, "train.label_smoothing"),
+    ("data.batch_mode", "shuffle", "data.batch_mode"),
+])
+def test_bad_run_config_values_name_the_key(path, value, match):
+  c = default_config()
+  section, key = path.split(".")
+  c[section][key] = value
+  with pytest.raises(ConfigError, match=match):
+    validate(c)
+
+
+def test_unknown_run_config_key_is_named_with_a_suggestion():
+  c = default_config()
+  c.train.warmup_step = 10
+  with pytest.raises(ConfigError, match=r"train.warmup_step'.*warmup_steps"):
+    validate(c)
+
+
+def test_wrong_type_is_named():
+  d = default_config().to_dict()
+  d["train"]["num_steps"] = "ten"
+  with pytest.raises(ConfigError, match="train.num_steps"):
+    validate(ml_collections.ConfigDict(d))

@@ -1,0 +1,42 @@
+"""Parameter counts, exact, from the model's own initializer (nothing is allocated).
+
+  python -m transformer_jax.params --config=configs/big.py
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from transformer_jax.config import ModelConfig
+from transformer_jax.model import Transformer
+
+
+def param_shapes(cfg: ModelConfig):
+  """The parameter tree of `cfg` as ShapeDtypeStructs (logical-axis boxes removed)."""
+  ids = jnp.ones((1, 4), jnp.int32)
+  variables = jax.eval_shape(lambda: Transformer(cfg).init(jax.random.key(0), ids, ids))
+  return nn.meta.unbox(variables["params"])
+
+
+def count_params(cfg: ModelConfig) -> int:
+  return int(sum(np.prod(leaf.shape) for leaf in jax.tree.leaves(param_shapes(cfg))))
+
+
+def count_tree(params) -> int:
+  return int(sum(np.size(leaf) for leaf in jax.tree.leaves(params)))
+
+
+def main(argv):
+  del argv
+  cfg = ModelConfig.from_config(_CONFIG.value.model)
+  print(f"{count_params(cfg):,} parameters ({count_params(cfg) / 1e6:.1f}M)")
+
+
+if __name__ == "__main__":
+  from absl import app  # pylint: disable=g-import-not-at-top
+  from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
+  _CONFIG = config_flags.DEFINE_config_file("config", "configs/base.py", "Run config file.")
+  app.run(main)
