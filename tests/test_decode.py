@@ -1,0 +1,219 @@
+"""KV-cache decoding, beam search and greedy search on tiny random models (float32, CPU)."""
+
+from __future__ import annotations
+
+import itertools
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from transformer_jax import beam_search, decode
+from transformer_jax.config import ModelConfig
+from transformer_jax.model import Transformer
+
+EOS = decode.EOS_ID
+
+
+def tiny_config(**changes) -> ModelConfig:
+  cfg = ModelConfig(vocab_size=13, d_model=16, num_heads=2, d_k=8, d_v=8, d_ff=32,
+                    num_encoder_layers=2, num_decoder_layers=2, max_len=32, dropout_rate=0.0)
+  return cfg.replace(**changes)
+
+
+def init_params(cfg: ModelConfig, seed=0, scale=1.0):
+  dummy = jnp.ones((1, 4), jnp.int32)
+  params = nn.meta.unbox(Transformer(cfg).init(jax.random.PRNGKey(seed), dummy, dummy)["params"])
+  # A larger scale makes the random model's next-token distributions peakier (and lets it
+  # choose EOS on its own); it does not change what is being compared.
+  return jax.tree_util.tree_map(lambda p: p * scale, params)
+
+
+def sequence_logprobs(cfg, params, inputs_1xS, seqs):
+  """Teacher-forced log P(y) of EOS-terminated token lists (no cache), for one source."""
+  width = max(len(s) for s in seqs)
+  targets_NxT = np.zeros((len(seqs), width), np.int32)
+  for i, s in enumerate(seqs):
+    targets_NxT[i, :len(s)] = s
+  inputs_NxS = jnp.repeat(jnp.asarray(inputs_1xS), len(seqs), axis=0)
+  logits_NxTxV = Transformer(cfg).apply({"params": params}, inputs_NxS, jnp.asarray(targets_NxT))
+  logprobs_NxTxV = np.asarray(jax.nn.log_softmax(logits_NxTxV, axis=-1), np.float64)
+  token_NxT = np.take_along_axis(logprobs_NxTxV, targets_NxT[:, :, None], axis=2)[:, :, 0]
+  return np.sum(np.where(targets_NxT != 0, token_NxT, 0.0), axis=1)
+
+
+def lp(n, alpha):
+  return ((5.0 + n) / 6.0) ** alpha
+
+
+def trim(row) -> list[int]:
+  row = list(np.asarray(row))
+  return row[:row.index(EOS) + 1]
+
+
+# ----------------------------------------------------------------------------- the KV cache
+
+
+@pytest.mark.parametrize("impl", ["einsum", "dot_product_attention"])
+def test_cached_decoding_matches_teacher_forcing(impl):
+  cfg = tiny_config(attention_impl=impl)
+  params = init_params(cfg)
+  rng = np.random.RandomState(0)
+  inputs_BxS = rng.randint(1, cfg.vocab_size, (3, 7)).astype(np.int32)
+  inputs_BxS[0, 4:] = 0   # padding in the source
+  inputs_BxS[1, 1:] = 0
+  targets_BxT = jnp.asarray(rng.randint(1, cfg.vocab_size, (3, 6)), jnp.int32)
+  inputs_BxS = jnp.asarray(inputs_BxS)
+  full_BxTxV = Transformer(cfg).apply({"params": params}, inputs_BxS, targets_BxT)
+
+  buffer = 9  # longer than the targets: unused cache slots must stay masked
+  encoded_BxSxD = decode.encode(cfg, params, inputs_BxS)
+  cache = decode.init_cache(cfg, params, encoded_BxSxD, inputs_BxS, buffer)
+  step_fn = jax.jit(decode.make_step_fn(cfg, params, encoded_BxSxD, inputs_BxS, buffer))
+  decoder_inputs_BxT = jnp.pad(targets_BxT, ((0, 0), (1, 0)))[:, :-1]
+  steps = []
+  for t in range(targets_BxT.shape[1]):
+    logits_BxV, cache = step_fn(decoder_inputs_BxT[:, t:t + 1], jnp.int32(t), cache)
+    steps.append(logits_BxV)
+  np.testing.assert_allclose(np.stack(steps, axis=1), full_BxTxV, atol=1e-5, rtol=0)
+
+
+def test_reorder_cache_moves_self_attention_rows_only():
+  cache = {"layer": {"self_attention": {"cached_key": jnp.arange(4.0)[:, None],
+                                        "cached_value": jnp.arange(4.0)[:, None],
+                                        "cache_index": jnp.array(3)},
+                     "cross_attention": {"cross_key": jnp.arange(4.0)[:, None]}}}
+  out = beam_search.reorder_cache(cache, jnp.array([1, 1, 3, 2]))
+  np.testing.assert_array_equal(out["layer"]["self_attention"]["cached_key"][:, 0], [1, 1, 3, 2])
+  np.testing.assert_array_equal(out["layer"]["self_attention"]["cached_value"][:, 0], [1, 1, 3, 2])
+  np.testing.assert_array_equal(out["layer"]["cross_attention"]["cross_key"][:, 0], [0, 1, 2, 3])
+  assert int(out["layer"]["self_attention"]["cache_index"]) == 3
+
+
+# ----------------------------------------------------------------------------- beam search
+
+
+@pytest.mark.parametrize("alpha", [0.6, 0.0])
+def test_wide_beam_equals_exhaustive_search(alpha):
+  cfg = tiny_config(vocab_size=6)
+  params = init_params(cfg, seed=1, scale=2.0)
+  inputs_BxS = jnp.array([[3, EOS], [4, 0]], jnp.int32)  # lengths 2 and 1
+  max_extra_len = 2                                      # limits 4 and 3 tokens with EOS
+  beam = 64                                              # = 4^3: keeps every prefix alive
+  seqs_BxKxL, scores_BxK = decode.jitted_beam_decode(cfg, beam, alpha, max_extra_len)(
+      params, inputs_BxS)
+  words = [t for t in range(cfg.vocab_size) if t not in (0, EOS)]  # padding is never emitted
+  for b, limit in enumerate([4, 3]):
+    candidates = [list(p) + [EOS] for n in range(limit) for p in itertools.product(words, repeat=n)]
+    logp = sequence_logprobs(cfg, params, inputs_BxS[b:b + 1], candidates)
+    scores = logp / np.array([lp(len(c), alpha) for c in candidates])
+    order = np.argsort(-scores)
+    assert trim(seqs_BxKxL[b, 0]) == candidates[order[0]]
+    np.testing.assert_allclose(scores_BxK[b, 0], scores[order[0]], atol=1e-5, rtol=1e-5)
+    # Every finished slot holds the next best complete hypothesis, in order.
+    n = min(beam, len(candidates))
+    np.testing.assert_allclose(scores_BxK[b, :n], scores[order[:n]], atol=1e-4, rtol=1e-5)
+
+
+def test_narrow_beam_scores_are_its_hypotheses_scores():
+  cfg = tiny_config()
+  params = init_params(cfg, seed=2, scale=2.0)
+  inputs_BxS = jnp.array([[5, 6, 7, EOS], [8, EOS, 0, 0]], jnp.int32)
+  alpha = 0.6
+  seqs_BxKxL, scores_BxK = decode.jitted_beam_decode(cfg, 3, alpha, 3)(params, inputs_BxS)
+  for b in range(2):
+    hyps = [trim(seqs_BxKxL[b, j]) for j in range(3)]
+    logp = sequence_logprobs(cfg, params, inputs_BxS[b:b + 1], hyps)
+    expected = logp / np.array([lp(len(h), alpha) for h in hyps])
+    np.testing.assert_allclose(scores_BxK[b], expected, atol=1e-5, rtol=1e-5)
+    assert np.all(np.diff(np.asarray(scores_BxK[b])) <= 0)  # best first
+
+
+def test_greedy_matches_beam_size_one():
+  """Beam 1 follows the greedy path; as in t2t it also keeps an EOS that ranked second at some
+  step, and returns it instead if its (here alpha=0: plain) log-probability is higher."""
+  cfg = tiny_config()
+  params = init_params(cfg, seed=3, scale=2.0)
+  rng = np.random.RandomState(3)
+  inputs_BxS = jnp.asarray(rng.randint(2, cfg.vocab_size, (6, 5)), jnp.int32)
+  greedy_BxL, greedy_logp_B = decode.jitted_greedy_decode(cfg, 6)(params, inputs_BxS)
+  beam_BxKxL, beam_scores_BxK = decode.jitted_beam_decode(cfg, 1, 0.0, 6)(params, inputs_BxS)
+  assert greedy_BxL.shape == beam_BxKxL[:, 0].shape
+  same = 0
+  for b in range(inputs_BxS.shape[0]):
+    g = trim(greedy_BxL[b])
+    logp = sequence_logprobs(cfg, params, inputs_BxS[b:b + 1], [g])[0]
+    np.testing.assert_allclose(greedy_logp_B[b], logp, atol=1e-5)
+    # Candidates: the greedy output, and greedy prefix + EOS wherever EOS ranked second.
+    best_seq, best = g, logp
+    targets = jnp.asarray([g])
+    logits = Transformer(cfg).apply({"params": params}, inputs_BxS[b:b + 1], targets)[0]
+    logprobs_TxV = np.asarray(jax.nn.log_softmax(logits, axis=-1), np.float64)
+    prefix_logp = 0.0
+    for t in range(len(g) - 1):
+      ranked = [v for v in np.argsort(-logprobs_TxV[t]) if v != 0]
+      if ranked[1] == EOS and prefix_logp + logprobs_TxV[t, EOS] > best:
+        best_seq, best = g[:t] + [EOS], prefix_logp + logprobs_TxV[t, EOS]
+      prefix_logp += logprobs_TxV[t, g[t]]
+    assert trim(beam_BxKxL[b, 0]) == best_seq
+    np.testing.assert_allclose(beam_scores_BxK[b, 0], best, atol=1e-5)
+    same += best_seq == g
+  assert same >= 1
+
+
+def check_outputs(ids_BxL, inputs_BxS, max_extra_len):
+  ids_BxL = np.asarray(ids_BxL)
+  lengths = np.sum(np.asarray(inputs_BxS) != 0, axis=1)
+  for row, n in zip(ids_BxL, lengths):
+    eos = np.flatnonzero(row == EOS)
+    assert len(eos) == 1, row                       # exactly one EOS ...
+    assert eos[0] < n + max_extra_len, (row, n)      # ... within the sentence's own limit
+    assert np.all(row[:eos[0]] != 0)                 # no padding inside the output
+    assert np.all(row[eos[0] + 1:] == 0)             # zero padded after it
+
+
+@pytest.mark.parametrize("scale", [1.0, 4.0])
+def test_outputs_stop_at_eos_within_each_limit(scale):
+  cfg = tiny_config()
+  params = init_params(cfg, seed=4, scale=scale)
+  inputs_BxS = jnp.array([[5, 6, 7, 8, 9, EOS], [5, EOS, 0, 0, 0, 0], [9, 9, EOS, 0, 0, 0]],
+                         jnp.int32)
+  beam_BxL = decode.translate_batch(cfg, params, inputs_BxS, beam_size=3, alpha=0.6,
+                                    max_extra_len=2)
+  greedy_BxL = decode.greedy_batch(cfg, params, inputs_BxS, max_extra_len=2)
+  assert beam_BxL.shape == greedy_BxL.shape == (3, 6 + 2)
+  check_outputs(beam_BxL, inputs_BxS, 2)
+  check_outputs(greedy_BxL, inputs_BxS, 2)
+  assert [len(r) for r in decode.strip_eos(beam_BxL)] == [len(trim(r)) - 1 for r in beam_BxL]
+
+
+def test_limit_is_capped_by_the_positional_encoding():
+  cfg = tiny_config(max_len=10)
+  params = init_params(cfg, seed=5)
+  inputs_BxS = jnp.array([[5, 6, 7, 8, 9, 10, EOS]], jnp.int32)
+  ids_BxL = decode.greedy_batch(cfg, params, inputs_BxS, max_extra_len=50)
+  assert ids_BxL.shape == (1, 10)
+  assert np.flatnonzero(np.asarray(ids_BxL[0]) == EOS)[0] <= 9
+
+
+def test_batch_entries_are_independent():
+  cfg = tiny_config()
+  params = init_params(cfg, seed=6, scale=2.0)
+  sentences = [[5, 6, 7, 8, 9, 10, EOS], [11, EOS], [4, 12, 3, EOS]]
+  width = max(map(len, sentences))
+  batch_BxS = jnp.asarray([s + [0] * (width - len(s)) for s in sentences], jnp.int32)
+  beam = decode.jitted_beam_decode(cfg, 3, 0.6, 4)
+  greedy = decode.jitted_greedy_decode(cfg, 4)
+  seqs_BxKxL, scores_BxK = beam(params, batch_BxS)
+  greedy_BxL, greedy_logp_B = greedy(params, batch_BxS)
+  for b, s in enumerate(sentences):
+    alone_1xS = jnp.asarray([s], jnp.int32)  # own width, so a different buffer length too
+    seqs_1xKxL, scores_1xK = beam(params, alone_1xS)
+    for j in range(3):
+      assert trim(seqs_1xKxL[0, j]) == trim(seqs_BxKxL[b, j])
+    np.testing.assert_allclose(scores_1xK[0], scores_BxK[b], atol=1e-5)
+    g_1xL, g_logp_1 = greedy(params, alone_1xS)
+    assert trim(g_1xL[0]) == trim(greedy_BxL[b])
+    np.testing.assert_allclose(g_logp_1[0], greedy_logp_B[b], atol=1e-5)

@@ -1,0 +1,130 @@
+"""Translation with the trained model: encode once, then beam or greedy search over the KV cache.
+
+Pure functions (`beam_decode`, `greedy_decode`) take (params, inputs) and can be jitted by a
+caller with its own in/out shardings (run them under the mesh and `nn.logical_axis_rules` for
+the model's logical constraints to apply); `translate_batch` and `greedy_batch` are the
+convenience entry points that jit once per (model config, search settings) and let jax cache
+one executable per input shape (so pad batches to a few fixed shapes).
+
+Output length limit (paper §6.1: "input length + 50"): sentence b may emit at most
+`len_b + max_extra_len` tokens including EOS, where len_b counts its non-padding source tokens;
+the buffer of a batch is S + max_extra_len (S = padded source width), both capped at the
+model's `max_len` (the positional encoding covers positions 0..max_len-1 only).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from transformer_jax import beam_search
+from transformer_jax.config import ModelConfig
+from transformer_jax.model import Transformer
+
+PAD_ID = beam_search.PAD_ID
+EOS_ID = beam_search.EOS_ID
+
+
+def buffer_length(model_cfg: ModelConfig, source_width: int, max_extra_len: int) -> int:
+  """Static output buffer length for a batch of padded source width S."""
+  return max(1, min(source_width + max_extra_len, model_cfg.max_len))
+
+
+def output_limits(inputs_BxS, max_extra_len: int, max_len: int):
+  """[B] int32: the longest output (EOS included) of each sentence: its length + max_extra_len."""
+  lengths_B = jnp.sum(inputs_BxS != PAD_ID, axis=1).astype(jnp.int32)
+  return jnp.clip(lengths_B + max_extra_len, 1, max_len)
+
+
+def init_cache(model_cfg: ModelConfig, params, encoded_BxSxD, inputs_BxS, max_decode_len: int):
+  """The decoder cache for B rows: empty self-attention buffers, projected encoder keys/values."""
+  model = Transformer(model_cfg, incremental=True, max_decode_len=max_decode_len)
+  start_Bx1 = jnp.zeros((inputs_BxS.shape[0], 1), jnp.int32)
+  _, variables = model.apply({"params": params}, encoded_BxSxD, inputs_BxS, start_Bx1,
+                             method=Transformer.decode, mutable=["cache"])
+  return variables["cache"]
+
+
+def make_step_fn(model_cfg: ModelConfig, params, encoded_NxSxD, inputs_NxS, max_decode_len: int):
+  """A `beam_search.StepFn`: one decoder position for N rows over the cache.
+
+  `inputs_NxS` supplies the source padding mask; `encoded_NxSxD` is not read after the cache
+  exists (the cross-attention keys/values are in it).
+  """
+  model = Transformer(model_cfg, incremental=True, max_decode_len=max_decode_len)
+
+  def step_fn(ids_Nx1, position, cache):
+    positions_Nx1 = jnp.full(ids_Nx1.shape, position, jnp.int32)
+    logits_Nx1xV, variables = model.apply(
+        {"params": params, "cache": cache}, encoded_NxSxD, inputs_NxS, ids_Nx1,
+        targets_positions=positions_Nx1, method=Transformer.decode, mutable=["cache"])
+    return logits_Nx1xV[:, 0, :], variables["cache"]
+
+  return step_fn
+
+
+def encode(model_cfg: ModelConfig, params, inputs_BxS):
+  return Transformer(model_cfg).apply({"params": params}, inputs_BxS, method=Transformer.encode)
+
+
+def beam_decode(model_cfg: ModelConfig, params, inputs_BxS, *, beam_size: int = 4,
+                alpha: float = 0.6, max_extra_len: int = 50):
+  """Pure (jit-able) beam search: (seqs [B, K, L] int32, scores [B, K] float32), best first."""
+  max_len = buffer_length(model_cfg, inputs_BxS.shape[1], max_extra_len)
+  encoded_BxSxD = encode(model_cfg, params, inputs_BxS)
+  cache = init_cache(model_cfg, params, encoded_BxSxD, inputs_BxS, max_len)
+  cache = beam_search.expand_to_beams(cache, beam_size)
+  encoded_NxSxD, inputs_NxS = beam_search.expand_to_beams((encoded_BxSxD, inputs_BxS), beam_size)
+  step_fn = make_step_fn(model_cfg, params, encoded_NxSxD, inputs_NxS, max_len)
+  limit_B = output_limits(inputs_BxS, max_extra_len, max_len)
+  return beam_search.beam_search(step_fn, cache, limit_B, beam_size=beam_size, alpha=alpha,
+                                 max_len=max_len)
+
+
+def greedy_decode(model_cfg: ModelConfig, params, inputs_BxS, *, max_extra_len: int = 50):
+  """Pure (jit-able) greedy search: (seqs [B, L] int32, log-probabilities [B] float32)."""
+  max_len = buffer_length(model_cfg, inputs_BxS.shape[1], max_extra_len)
+  encoded_BxSxD = encode(model_cfg, params, inputs_BxS)
+  cache = init_cache(model_cfg, params, encoded_BxSxD, inputs_BxS, max_len)
+  step_fn = make_step_fn(model_cfg, params, encoded_BxSxD, inputs_BxS, max_len)
+  limit_B = output_limits(inputs_BxS, max_extra_len, max_len)
+  return beam_search.greedy_search(step_fn, cache, limit_B, max_len=max_len)
+
+
+@functools.lru_cache(maxsize=None)
+def jitted_beam_decode(model_cfg: ModelConfig, beam_size: int, alpha: float, max_extra_len: int):
+  """`beam_decode` jitted for these settings (jax keeps one executable per input shape)."""
+  return jax.jit(functools.partial(beam_decode, model_cfg, beam_size=beam_size, alpha=alpha,
+                                   max_extra_len=max_extra_len))
+
+
+@functools.lru_cache(maxsize=None)
+def jitted_greedy_decode(model_cfg: ModelConfig, max_extra_len: int):
+  return jax.jit(functools.partial(greedy_decode, model_cfg, max_extra_len=max_extra_len))
+
+
+def translate_batch(model_cfg: ModelConfig, params, inputs_BxS, *, beam_size: int = 4,
+                    alpha: float = 0.6, max_extra_len: int = 50) -> jnp.ndarray:
+  """The best beam-search hypothesis per sentence: int32 [B, L], EOS-terminated, zero padded."""
+  seqs_BxKxL, _ = jitted_beam_decode(model_cfg, beam_size, float(alpha), max_extra_len)(
+      params, jnp.asarray(inputs_BxS, jnp.int32))
+  return seqs_BxKxL[:, 0, :]
+
+
+def greedy_batch(model_cfg: ModelConfig, params, inputs_BxS, *, max_extra_len: int = 50) -> jnp.ndarray:
+  """Greedy decoding: int32 [B, L], EOS-terminated, zero padded."""
+  seqs_BxL, _ = jitted_greedy_decode(model_cfg, max_extra_len)(
+      params, jnp.asarray(inputs_BxS, jnp.int32))
+  return seqs_BxL
+
+
+def strip_eos(ids_BxL) -> list[list[int]]:
+  """Token ids of each output up to (not including) its first EOS, padding removed."""
+  out = []
+  for row in np.asarray(ids_BxL).tolist():
+    row = row[:row.index(EOS_ID)] if EOS_ID in row else row
+    out.append([i for i in row if i != PAD_ID])
+  return out
