@@ -185,7 +185,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         window_start = time.time()
       if bar is not None:
         bar.update(1)
-      if step_num % t_cfg.eval_every_steps == 0 or last:
+      if step_num % t_cfg.eval_every_steps == 0 or last or out_of_time:
         if pending is not None:
           _accumulate(window, pending, step_num)
           pending = None
