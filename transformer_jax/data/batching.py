@@ -1,0 +1,257 @@
+"""Token-budget batch plans (paper §5.1) and their assembly into padded numpy batches.
+
+A plan entry, :class:`BatchSpec`, lists which examples go to which row of one *global* batch and
+the padded lengths. Planning works on token lengths only, so an epoch's plan is a few numpy calls;
+:class:`BatchAssembler` then gathers the token ids of one process's rows into int32 arrays.
+
+- bucket mode: examples are grouped by ``round_up(max(source, target length), 8)``; a batch of
+  bucket length L has ``rows = tokens_per_batch // L`` rows (a multiple of the row multiple), so it
+  holds about tokens_per_batch source and target tokens, padding included. The left-over examples
+  of a bucket move up to the next (longer) bucket, so only the last batch of an epoch is partial
+  (padded with empty rows).
+- pack mode: several pairs per row of (max_source_len, max_target_len) tokens, first-fit over a
+  window of open rows, with segment ids and per-segment positions. Rows stream across epoch ends,
+  so no batch is partial: the last batch of epoch e is completed with the first rows of epoch e+1.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+
+import numpy as np
+from absl import logging
+
+EOS_ID = 1
+LENGTH_STEP = 8      # padded lengths are multiples of this (few distinct shapes to compile)
+PACK_WINDOW = 16     # open rows that first-fit packing considers
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchSpec:
+  """One global batch: example example_ids[i] goes to row rows[i] (rows non-decreasing)."""
+
+  example_ids: np.ndarray  # int32 [n]
+  rows: np.ndarray         # int32 [n]
+  num_rows: int
+  source_len: int
+  target_len: int
+
+
+def round_up(n, step: int = LENGTH_STEP):
+  return -(-n // step) * step
+
+
+def rows_per_batch(tokens_per_batch: int, length: int, row_multiple: int) -> int:
+  """Rows of `length` tokens that fit the budget, rounded down to a multiple of row_multiple."""
+  rows = (tokens_per_batch // length) // row_multiple * row_multiple
+  if rows < row_multiple:
+    logging.log_first_n(logging.WARNING, "tokens_per_batch=%d holds fewer than %d rows of length %d;"
+                        " using %d rows (over budget)", 3, tokens_per_batch, row_multiple, length,
+                        row_multiple)
+  return max(rows, row_multiple)
+
+
+def epoch_rng(seed: int, epoch: int) -> np.random.Generator:
+  return np.random.default_rng([seed, epoch])
+
+
+def bucket_plan(src_lengths: np.ndarray, tgt_lengths: np.ndarray, example_ids: np.ndarray, *,
+                tokens_per_batch: int, max_source_len: int, max_target_len: int,
+                row_multiple: int, rng: np.random.Generator) -> list[BatchSpec]:
+  """One epoch of length-bucketed batches over example_ids, shuffled by rng."""
+  perm_N = rng.permutation(example_ids).astype(np.int32)
+  cap = round_up(max(max_source_len, max_target_len))
+  key_N = np.minimum(round_up(np.maximum(src_lengths[perm_N], tgt_lengths[perm_N])), cap)
+  perm_N = perm_N[np.argsort(key_N, kind="stable")]
+  key_N = np.sort(key_N, kind="stable")
+  specs, carry = [], np.zeros([0], np.int32)
+  bounds = np.flatnonzero(np.diff(key_N)) + 1
+  for group, length in zip(np.split(perm_N, bounds), key_N[np.r_[0, bounds]] if len(key_N) else []):
+    ls, lt = min(int(length), max_source_len), min(int(length), max_target_len)
+    rows = rows_per_batch(tokens_per_batch, max(ls, lt), row_multiple)
+    pool = np.concatenate([carry, group])
+    full = len(pool) // rows
+    for b in range(full):
+      specs.append(BatchSpec(pool[b * rows:(b + 1) * rows], np.arange(rows, dtype=np.int32),
+                             rows, ls, lt))
+    carry = pool[full * rows:]
+  if len(carry):  # the one partial batch of the epoch: filled up with empty rows
+    specs.append(BatchSpec(carry, np.arange(len(carry), dtype=np.int32), rows, ls, lt))
+  return [specs[i] for i in rng.permutation(len(specs))]
+
+
+def pack_rows(src_lengths: np.ndarray, tgt_lengths: np.ndarray, example_ids: np.ndarray, *,
+              source_len: int, target_len: int, rng: np.random.Generator,
+              window: int = PACK_WINDOW) -> list[list[int]]:
+  """Packs shuffled examples into rows of (source_len, target_len) tokens, first-fit over the
+  `window` most recent open rows (the fullest row is closed when the window overflows)."""
+  perm = rng.permutation(example_ids).tolist()
+  src, tgt = src_lengths.tolist(), tgt_lengths.tolist()
+  rows: list[list[int]] = []
+  open_rows: list[list] = []  # [free source, free target, members]
+  for i in perm:
+    s, t = src[i], tgt[i]
+    for row in open_rows:
+      if row[0] >= s and row[1] >= t:
+        row[0] -= s
+        row[1] -= t
+        row[2].append(i)
+        break
+    else:
+      open_rows.append([source_len - s, target_len - t, [i]])
+      if len(open_rows) > window:
+        fullest = min(range(len(open_rows)), key=lambda k: min(open_rows[k][0], open_rows[k][1]))
+        rows.append(open_rows.pop(fullest)[2])
+  rows.extend(r[2] for r in open_rows)
+  return [rows[i] for i in rng.permutation(len(rows))]
+
+
+def _rows_spec(rows: list[list[int]], num_rows: int, source_len: int, target_len: int) -> BatchSpec:
+  ids = np.fromiter((i for r in rows for i in r), np.int32)
+  row_of = np.repeat(np.arange(len(rows), dtype=np.int32), [len(r) for r in rows])
+  return BatchSpec(ids, row_of, num_rows, source_len, target_len)
+
+
+class TrainPlanner:
+  """Deterministic per-epoch plans of global training batches (same on every process).
+
+  `epoch_batches(epoch, start_row)` gives the batches of an epoch (pack mode: starting at row
+  `start_row`, the rows before it having gone into the previous epoch's last batch) and where the
+  next epoch starts.
+  """
+
+  def __init__(self, src_lengths, tgt_lengths, example_ids, *, mode: str, seed: int,
+               tokens_per_batch: int, max_source_len: int, max_target_len: int, row_multiple: int):
+    self.src_lengths, self.tgt_lengths = np.asarray(src_lengths), np.asarray(tgt_lengths)
+    self.example_ids = np.asarray(example_ids, np.int32)
+    self.mode, self.seed = mode, seed
+    self.tokens_per_batch, self.row_multiple = tokens_per_batch, row_multiple
+    self.max_source_len, self.max_target_len = max_source_len, max_target_len
+    self.pack_rows_per_batch = rows_per_batch(tokens_per_batch, max(max_source_len, max_target_len),
+                                              row_multiple)
+    self._rows_cache: collections.OrderedDict[int, list[list[int]]] = collections.OrderedDict()
+
+  def fingerprint(self) -> str:
+    """Identifies the plan's inputs; a restored state from another plan is flagged."""
+    return (f"{self.mode}:{len(self.example_ids)}:{int(self.src_lengths.sum())}:"
+            f"{int(self.tgt_lengths.sum())}:{self.seed}:{self.tokens_per_batch}:"
+            f"{self.max_source_len}:{self.max_target_len}:{self.row_multiple}")
+
+  def _epoch_rows(self, epoch: int) -> list[list[int]]:
+    if epoch not in self._rows_cache:
+      self._rows_cache[epoch] = pack_rows(
+          self.src_lengths, self.tgt_lengths, self.example_ids, source_len=self.max_source_len,
+          target_len=self.max_target_len, rng=epoch_rng(self.seed, epoch))
+      while len(self._rows_cache) > 3:
+        self._rows_cache.popitem(last=False)
+    return self._rows_cache[epoch]
+
+  def epoch_batches(self, epoch: int, start_row: int = 0) -> tuple[list[BatchSpec], int, int]:
+    """(batches, next epoch, its start row)."""
+    if self.mode == "bucket":
+      specs = bucket_plan(self.src_lengths, self.tgt_lengths, self.example_ids,
+                          tokens_per_batch=self.tokens_per_batch, max_source_len=self.max_source_len,
+                          max_target_len=self.max_target_len, row_multiple=self.row_multiple,
+                          rng=epoch_rng(self.seed, epoch))
+      return specs, epoch + 1, 0
+    b, ls, lt = self.pack_rows_per_batch, self.max_source_len, self.max_target_len
+    rows = self._epoch_rows(epoch)[start_row:]
+    specs = [_rows_spec(rows[i:i + b], b, ls, lt) for i in range(0, len(rows) - b + 1, b)]
+    tail = rows[len(rows) // b * b:]
+    next_epoch, next_row = epoch + 1, 0
+    while tail:  # complete the last batch with the next epoch's first rows
+      more = self._epoch_rows(next_epoch)
+      take = min(b - len(tail), len(more))
+      tail, next_row = tail + more[:take], take
+      if len(tail) == b:
+        specs.append(_rows_spec(tail, b, ls, lt))
+        break
+      next_epoch += 1
+    if next_row == len(self._epoch_rows(next_epoch)):
+      next_epoch, next_row = next_epoch + 1, 0
+    return specs, next_epoch, next_row
+
+
+def eval_plan(src_lengths: np.ndarray, tgt_lengths: np.ndarray, *, rows: int, max_source_len: int,
+              max_target_len: int) -> list[BatchSpec]:
+  """Every example once, sorted by length, in batches of `rows` rows (the last one padded)."""
+  order = np.lexsort((tgt_lengths, src_lengths)).astype(np.int32)
+  specs = []
+  for start in range(0, len(order), rows):
+    ids = order[start:start + rows]
+    ls = min(round_up(int(src_lengths[ids].max())), max_source_len)
+    lt = min(round_up(int(tgt_lengths[ids].max())), max_target_len)
+    specs.append(BatchSpec(ids, np.arange(len(ids), dtype=np.int32), rows, ls, lt))
+  return specs
+
+
+class BatchAssembler:
+  """Turns a BatchSpec into one process's numpy batch (rows [p*n/P, (p+1)*n/P) of the global
+  batch): 'inputs', 'targets', '*_segmentation', '*_position' int32 [rows, length]; with
+  `example_index`, also 'example_index' [rows] (-1 for empty rows). Examples longer than the
+  padded length are cut, keeping EOS last (eval only; training plans never need it)."""
+
+  def __init__(self, tokenized, *, process_index: int = 0, process_count: int = 1,
+               example_index: bool = False):
+    self.tokenized = tokenized
+    self.process_index, self.process_count = process_index, process_count
+    self.example_index = example_index
+
+  def __call__(self, spec: BatchSpec) -> dict[str, np.ndarray]:
+    n_local = spec.num_rows // self.process_count
+    lo = self.process_index * n_local
+    sel = (spec.rows >= lo) & (spec.rows < lo + n_local)
+    ids_N, rows_N = spec.example_ids[sel], spec.rows[sel] - lo
+    tok = self.tokenized
+    batch = {}
+    for name, flat, offsets, length in (
+        ("inputs", tok.source_ids, tok.source_offsets, spec.source_len),
+        ("targets", tok.target_ids, tok.target_offsets, spec.target_len)):
+      ids, seg, pos = _fill(flat, offsets, ids_N, rows_N, n_local, length)
+      batch[name], batch[f"{name}_segmentation"], batch[f"{name}_position"] = ids, seg, pos
+    if self.example_index:
+      index_B = np.full([n_local], -1, np.int32)
+      index_B[rows_N] = ids_N
+      batch["example_index"] = index_B
+    return batch
+
+
+def _fill(flat, offsets, ids_N, rows_N, num_rows: int, length: int):
+  """Scatters the examples' tokens into [num_rows, length] ids, segment ids and positions."""
+  starts_N = np.asarray(offsets[ids_N], np.int64)
+  full_N = np.asarray(offsets[ids_N + 1], np.int64) - starts_N
+  lens_N = np.minimum(full_N, length)
+  n = len(ids_N)
+  first_N = np.r_[True, rows_N[1:] != rows_N[:-1]] if n else np.zeros([0], bool)
+  idx_N = np.arange(n)
+  row_first_N = np.maximum.accumulate(np.where(first_N, idx_N, 0)) if n else idx_N
+  seg_N = idx_N - row_first_N + 1
+  excl_N = np.cumsum(lens_N) - lens_N
+  col0_N = excl_N - excl_N[row_first_N] if n else excl_N
+  tok_T = np.repeat(idx_N, lens_N)
+  pos_T = np.arange(len(tok_T)) - excl_N[tok_T]
+  r_T, c_T = rows_N[tok_T], col0_N[tok_T] + pos_T
+  ids_BxL = np.zeros([num_rows, length], np.int32)
+  seg_BxL = np.zeros([num_rows, length], np.int32)
+  pos_BxL = np.zeros([num_rows, length], np.int32)
+  ids_BxL[r_T, c_T] = flat[starts_N[tok_T] + pos_T]
+  seg_BxL[r_T, c_T] = seg_N[tok_T]
+  pos_BxL[r_T, c_T] = pos_T
+  cut_N = full_N > lens_N
+  if cut_N.any():
+    ids_BxL[rows_N[cut_N], col0_N[cut_N] + lens_N[cut_N] - 1] = EOS_ID
+  return ids_BxL, seg_BxL, pos_BxL
+
+
+def plan_stats(specs: list[BatchSpec], src_lengths, tgt_lengths) -> dict[str, float]:
+  """Real-token shares of planned batches (padding and empty rows included in the total)."""
+  real_s = sum(int(src_lengths[s.example_ids].sum()) for s in specs)
+  real_t = sum(int(tgt_lengths[s.example_ids].sum()) for s in specs)
+  pad_s = sum(s.num_rows * s.source_len for s in specs)
+  pad_t = sum(s.num_rows * s.target_len for s in specs)
+  return {"source_real_share": real_s / max(pad_s, 1), "target_real_share": real_t / max(pad_t, 1),
+          "real_share": (real_s + real_t) / max(pad_s + pad_t, 1), "batches": len(specs),
+          "shapes": len({(s.num_rows, s.source_len, s.target_len) for s in specs}),
+          "mean_rows": float(np.mean([s.num_rows for s in specs])) if specs else math.nan}

@@ -1,0 +1,154 @@
+"""grain pipelines: the endless, checkpointable train iterator and the padded eval batches.
+
+Train: the corpus is tokenized once (token_cache), filtered, and planned epoch by epoch
+(batching.TrainPlanner: deterministic from config.seed and the epoch number). Each epoch is a
+``grain.MapDataset`` over its plan, mapped by the BatchAssembler (gather, pad, stack) and read with
+grain's prefetching threads (or ``data.num_workers`` processes). The iterator's state is its
+position, ``{'epoch', 'start_row', 'batch'}``: ``get_state()/set_state()`` and orbax
+``grain.checkpoint.CheckpointSave/CheckpointRestore`` resume exactly where a run stopped.
+
+Batches are dicts of int32 numpy arrays: 'inputs' [B, Ls], 'targets' [B, Lt] (ids ending in EOS,
+pad 0), 'inputs_segmentation'/'targets_segmentation' (1, 2, ... per packed example; 0 at pad),
+'inputs_position'/'targets_position' (0-based within the example; 0 at pad). B is this process's
+share of the global batch; eval batches add 'example_index' [B] (-1 for padding rows).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import grain
+import numpy as np
+from absl import logging
+
+from transformer_jax.data import batching, token_cache
+from transformer_jax.data.batching import BatchAssembler, TrainPlanner
+
+STATE_KEYS = ("epoch", "start_row", "batch")
+
+
+def _row_multiple(batch_multiple: int, process_count: int) -> int:
+  if batch_multiple < 1 or process_count < 1:
+    raise ValueError(f"batch_multiple={batch_multiple} and process_count={process_count} must be >= 1")
+  return math.lcm(batch_multiple, process_count)
+
+
+class TrainBatchIterator(grain.DatasetIterator):
+  """Endless iterator of this process's training batches; its state is its position."""
+
+  def __init__(self, planner: TrainPlanner, assembler: BatchAssembler,
+               read_options: grain.ReadOptions, num_workers: int = 0):
+    super().__init__()
+    self._planner, self._assembler = planner, assembler
+    self._read_options, self._num_workers = read_options, num_workers
+    self._epoch, self._start_row, self._batch = 0, 0, 0
+    self._next_epoch = self._next_start_row = 0
+    self._it = None
+
+  def _open_epoch(self):
+    specs, self._next_epoch, self._next_start_row = self._planner.epoch_batches(
+        self._epoch, self._start_row)
+    ds = grain.MapDataset.source(specs)[self._batch:].map(self._assembler)
+    it_ds = ds.to_iter_dataset(self._read_options)
+    if self._num_workers > 0:
+      it_ds = it_ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=self._num_workers))
+    self._it = iter(it_ds)
+    logging.log_every_n(logging.INFO, "train epoch %d: %d batches", 10, self._epoch, len(specs))
+
+  def __next__(self) -> dict[str, np.ndarray]:
+    while True:
+      if self._it is None:
+        self._open_epoch()
+      try:
+        batch = next(self._it)
+      except StopIteration:
+        self._close_epoch()
+        self._epoch, self._start_row, self._batch = self._next_epoch, self._next_start_row, 0
+        continue
+      self._batch += 1
+      return batch
+
+  def _close_epoch(self):
+    if self._it is not None and hasattr(self._it, "close"):
+      self._it.close()
+    self._it = None
+
+  def get_state(self) -> dict[str, Any]:
+    return {"epoch": self._epoch, "start_row": self._start_row, "batch": self._batch,
+            "plan": self._planner.fingerprint()}
+
+  def set_state(self, state: dict[str, Any]) -> None:
+    if state.get("plan") != self._planner.fingerprint():
+      logging.warning("restoring a data iterator state made for another plan (%s, now %s); the "
+                      "batch order will differ from the original run", state.get("plan"),
+                      self._planner.fingerprint())
+    self._close_epoch()
+    self._epoch, self._start_row, self._batch = (int(state[k]) for k in STATE_KEYS)
+
+  def close(self) -> None:
+    self._close_epoch()
+    super().close()
+
+
+def make_train_iterator(config, tokenizer, *, batch_multiple: int = 1, process_index: int = 0,
+                        process_count: int = 1, workdir: str | None = None) -> TrainBatchIterator:
+  """Endless token-budget training batches (data.batch_mode 'bucket' or 'pack') of this process.
+
+  Every process plans the same global batches of about data.tokens_per_batch source and target
+  tokens, with a row count that is a multiple of lcm(batch_multiple, process_count), and
+  assembles its own rows [p*n/P, (p+1)*n/P). `workdir` is unused (token ids are cached next to
+  the prepared data) and kept for the caller's convenience.
+  """
+  del workdir
+  d = config.data
+  tokenized = token_cache.tokenized_split(config, tokenizer, "train")
+  keep_N = token_cache.select_for_training(tokenized, d.max_source_len, d.max_target_len)
+  planner = TrainPlanner(
+      tokenized.source_lengths, tokenized.target_lengths, keep_N, mode=d.batch_mode,
+      seed=config.seed, tokens_per_batch=d.tokens_per_batch, max_source_len=d.max_source_len,
+      max_target_len=d.max_target_len, row_multiple=_row_multiple(batch_multiple, process_count))
+  assembler = BatchAssembler(tokenized, process_index=process_index, process_count=process_count)
+  read_options = grain.ReadOptions(num_threads=2, prefetch_buffer_size=8)
+  return TrainBatchIterator(planner, assembler, read_options, num_workers=d.num_workers)
+
+
+def tokenized_eval_split(config, tokenizer, split: str = "validation") -> token_cache.TokenizedSplit:
+  """Every example of a split as token ids ending in EOS (for decoding and scoring)."""
+  return token_cache.tokenized_split(config, tokenizer, split)
+
+
+def load_split_token_ids(config, tokenizer, split: str = "validation"
+                         ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+  """(source ids, target ids) of every example of a split, in corpus order, each ending in EOS
+  and cut to data.max_source_len / max_target_len (EOS kept last)."""
+  tok = tokenized_eval_split(config, tokenizer, split)
+  d = config.data
+  return ([_cut(tok.source(i), d.max_source_len) for i in range(len(tok))],
+          [_cut(tok.target(i), d.max_target_len) for i in range(len(tok))])
+
+
+def _cut(ids_L: np.ndarray, max_len: int) -> np.ndarray:
+  if len(ids_L) <= max_len:
+    return ids_L
+  return np.concatenate([ids_L[:max_len - 1], ids_L[-1:]])
+
+
+def make_eval_batches(config, tokenizer, split: str = "validation", *, batch_multiple: int = 1,
+                      process_index: int = 0, process_count: int = 1) -> list[dict[str, np.ndarray]]:
+  """All examples of a split in batches of data.eval_batch_size global rows (rounded up to a
+  multiple of lcm(batch_multiple, process_count)), sorted by length; the last batch is padded
+  with empty rows ('example_index' -1). Examples longer than data.max_*_len are cut (EOS kept)."""
+  d = config.data
+  tok = tokenized_eval_split(config, tokenizer, split)
+  rows = batching.round_up(d.eval_batch_size, _row_multiple(batch_multiple, process_count))
+  src_N, tgt_N = tok.source_lengths, tok.target_lengths
+  cut = int(((src_N > d.max_source_len) | (tgt_N > d.max_target_len)).sum())
+  if cut:
+    logging.info("%s: %d of %d pairs longer than data.max_source_len/max_target_len are cut",
+                 split, cut, len(tok))
+  specs = batching.eval_plan(src_N, tgt_N, rows=rows, max_source_len=d.max_source_len,
+                             max_target_len=d.max_target_len)
+  assembler = BatchAssembler(tok, process_index=process_index, process_count=process_count,
+                             example_index=True)
+  return list(grain.MapDataset.source(specs).map(assembler))
