@@ -27,7 +27,8 @@ class Embedding(nn.Module):
 
   def embed(self, ids_BxL: jnp.ndarray) -> jnp.ndarray:
     cfg = self.config
-    x_BxLxD = jnp.take(self.table_VxD, ids_BxL, axis=0).astype(cfg.dtype)
+    table_VxD = nn.with_logical_constraint(self.table_VxD, ("vocab", None))  # gathered over fsdp
+    x_BxLxD = jnp.take(table_VxD, ids_BxL, axis=0).astype(cfg.dtype)
     return x_BxLxD * jnp.asarray(cfg.d_model**0.5, cfg.dtype)
 
   def attend(self, x_BxLxD: jnp.ndarray) -> jnp.ndarray:

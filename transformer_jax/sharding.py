@@ -1,28 +1,56 @@
 """The device mesh and the one place that maps logical axis names to mesh axes.
 
-Mesh axes: 'data' (pure data parallel), 'fsdp' (data parallel with parameters and optimizer
-state sharded, ZeRO-3 style), 'tensor' (Megatron tensor parallel: heads and d_ff split).
-Model code names its axes logically ('batch', 'embed', 'heads', 'mlp', ...); LOGICAL_RULES
-decides where each goes. A single device is the 1x1x1 mesh: the same code path everywhere.
+Mesh axes (`config.mesh`, one of them may be -1 = "all remaining devices"):
+
+- 'data':   pure data parallelism: batch rows split, parameters and optimizer state replicated;
+- 'fsdp':   data parallelism with parameters, gradients and optimizer state sharded as well
+            (ZeRO-3 / FSDP: XLA all-gathers each weight where it is used and reduce-scatters
+            its gradient);
+- 'tensor': Megatron tensor parallelism: attention heads, the FFN's d_ff and the vocabulary
+            split, so that each layer needs one all-reduce of its output.
+
+Model code names every parameter and main activation dimension logically ('batch', 'embed',
+'heads', 'mlp', 'vocab', ...); `LOGICAL_RULES` decides where each goes. A single device is the
+1x1x1 mesh, so every run takes the same code path.
+
+Everything the compiled steps need comes from here: `make_mesh`, `mesh_context` (trace under
+the mesh and the rules), `state_shardings`-style trees via `logical_shardings`, the batch
+sharding and `global_batch` (each process contributes its own rows), and `param_shardings` for
+inference (decode, evaluate) without an optimizer.
 """
 
 from __future__ import annotations
+
+import contextlib
+import functools
+import math
 
 import flax.linen as nn
 import jax
 import ml_collections
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from absl import logging
+from jax.experimental import mesh_utils
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 from transformer_jax.config import ConfigError
 
 MESH_AXES = ("data", "fsdp", "tensor")
+BATCH_AXES = ("data", "fsdp")  # batch rows are split over both data-parallel axes
 
-# Logical axis -> mesh axes. A mesh axis used by an earlier dimension of the same array is not
-# reused (flax skips it), so activations ('batch', 'length', 'embed') put batch on data+fsdp and
-# leave embed whole, while kernels ('embed', 'mlp') put embed on fsdp and mlp on tensor.
+# Logical axis -> mesh axes, in priority order. Within one array a mesh axis is used at most once
+# (flax skips a rule whose mesh axis an earlier dimension took), so:
+#   activations [batch, length, embed]      -> (('data', 'fsdp'), None, None)      DP
+#   activations [batch, length, heads, kv]  -> (('data', 'fsdp'), None, 'tensor', None)
+#   q/k/v kernels [embed, heads, kv]        -> ('fsdp', 'tensor', None)   TP column-parallel
+#   out kernel [heads, kv, embed]           -> ('tensor', None, 'fsdp')   TP row-parallel
+#   FFN wi [embed, mlp] / wo [mlp, embed]   -> ('fsdp', 'tensor') / ('tensor', 'fsdp')
+#   embedding [vocab, embed]                -> ('tensor', 'fsdp')         vocab-parallel
+#   logits [batch, length, vocab]           -> (('data', 'fsdp'), None, 'tensor')
+#   LayerNorm scale/bias, biases [embed]    -> ('fsdp',); [mlp] -> ('tensor',)
+# Adam's moments have the parameters' boxes, hence the same shardings (FSDP shards them too).
 LOGICAL_RULES = (
-    ("batch", ("data", "fsdp")),
+    ("batch", BATCH_AXES),
     ("vocab", "tensor"),
     ("heads", "tensor"),
     ("mlp", "tensor"),
@@ -32,41 +60,95 @@ LOGICAL_RULES = (
     ("pos", None),
 )
 
+# For decoding: parameters sharded only along 'tensor' (replicated over data and fsdp), so a
+# decode step never all-gathers weights. Use when the parameters fit on tensor-many devices.
+INFERENCE_RULES = tuple((name, None) if name == "embed" else (name, axes)
+                        for name, axes in LOGICAL_RULES)
+
+
+# ----------------------------------------------------------------------------- the mesh
+
 
 def mesh_shape(mesh_config: ml_collections.ConfigDict, num_devices: int) -> tuple[int, int, int]:
-  """Resolves the -1 axis ('the rest') and checks the sizes multiply to the device count."""
+  """(data, fsdp, tensor): resolves the -1 axis and checks the product is the device count."""
   sizes = [int(mesh_config[a]) for a in MESH_AXES]
-  known = int(np.prod([s for s in sizes if s != -1]))
+  if sizes.count(-1) > 1:
+    raise ConfigError("config key 'mesh': at most one axis may be -1")
+  known = math.prod(s for s in sizes if s != -1)
   if -1 in sizes:
     if num_devices % known:
-      raise ConfigError(f"config key 'mesh': fixed axis sizes multiply to {known}, which does not "
-                        f"divide the {num_devices} devices")
+      axis = MESH_AXES[sizes.index(-1)]
+      raise ConfigError(f"config key 'mesh': the fixed axis sizes multiply to {known}, which does "
+                        f"not divide the {num_devices} devices, so mesh.{axis}=-1 has no size")
     sizes[sizes.index(-1)] = num_devices // known
-  if int(np.prod(sizes)) != num_devices:
-    raise ConfigError(f"config key 'mesh': data*fsdp*tensor = {'*'.join(map(str, sizes))} = "
-                      f"{int(np.prod(sizes))}, but there are {num_devices} devices")
+  if math.prod(sizes) != num_devices:
+    shown = ", ".join(f"{a}={s}" for a, s in zip(MESH_AXES, sizes))
+    raise ConfigError(f"config key 'mesh': {shown} multiply to {math.prod(sizes)}, but there are "
+                      f"{num_devices} devices; make the product {num_devices} or set one axis "
+                      "to -1")
   return tuple(sizes)
 
 
+def _num_slices(devices) -> int:
+  return len({getattr(d, "slice_index", 0) for d in devices})
+
+
 def make_mesh(mesh_config: ml_collections.ConfigDict, devices=None) -> Mesh:
-  """A mesh over all devices of all processes, axes ('data', 'fsdp', 'tensor')."""
-  devices = jax.devices() if devices is None else devices
+  """A mesh over all devices of all processes, axes ('data', 'fsdp', 'tensor').
+
+  Device order follows the physical topology (`mesh_utils.create_device_mesh`: the tensor axis
+  on the closest devices). On a multi-slice TPU job the slices go along 'data' (or 'fsdp'), the
+  only axes whose traffic (one gradient all-reduce per step) tolerates the slower DCN links.
+  """
+  devices = list(jax.devices() if devices is None else devices)
   shape = mesh_shape(mesh_config, len(devices))
-  try:
-    device_array = jax.experimental.mesh_utils.create_device_mesh(shape, devices=devices)
-  except Exception:  # noqa: BLE001 - unusual topologies (e.g. CPU) fall back to plain order
-    device_array = np.asarray(devices).reshape(shape)
-  return Mesh(device_array, MESH_AXES)
+  slices = _num_slices(devices)
+  if slices > 1:
+    device_array = _hybrid_device_array(shape, slices, devices)
+  else:
+    try:
+      device_array = mesh_utils.create_device_mesh(shape, devices=devices,
+                                                   allow_split_physical_axes=True)
+    except (ValueError, NotImplementedError, AssertionError) as e:
+      logging.warning("no topology-aware device order for mesh %s (%s); using enumeration order",
+                      shape, e)
+      device_array = np.asarray(devices).reshape(shape)
+  return Mesh(device_array, MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES))
 
 
-def check_divisibility(config: ml_collections.ConfigDict, mesh: Mesh):
-  """Tensor parallelism must split heads and d_ff evenly: fail before anything compiles."""
-  tp = mesh.shape["tensor"]
-  m = config.model
-  for key, value in (("num_heads", m.num_heads), ("d_ff", m.d_ff)):
-    if value % tp:
-      raise ConfigError(f"config key 'model.{key}'={value} is not divisible by the tensor-parallel "
-                        f"size mesh.tensor={tp}")
+def _hybrid_device_array(shape, slices: int, devices) -> np.ndarray:
+  """Multi-slice: ICI mesh inside each slice, the slices stacked along 'data' (else 'fsdp')."""
+  for axis in (0, 1):
+    if shape[axis] % slices == 0:
+      ici = list(shape)
+      ici[axis] //= slices
+      dcn = [1, 1, 1]
+      dcn[axis] = slices
+      return mesh_utils.create_hybrid_device_mesh(ici, dcn, devices=devices,
+                                                  allow_split_physical_axes=True)
+  raise ConfigError(f"config key 'mesh': {slices} TPU slices need mesh.data or mesh.fsdp to be a "
+                    f"multiple of {slices} (got data={shape[0]}, fsdp={shape[1]})")
+
+
+@contextlib.contextmanager
+def mesh_context(mesh: Mesh, rules=LOGICAL_RULES):
+  """Trace under this: the mesh is current (flax's logical constraints apply) and so are the rules.
+
+  `jax.set_mesh` (not the deprecated `with mesh:`) is what makes `nn.with_logical_constraint`
+  take effect: flax only constrains when an abstract mesh is set.
+  """
+  with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+    yield
+
+
+def describe(mesh: Mesh) -> str:
+  """'data=4 fsdp=2 tensor=1 (8 devices, 2 processes, cpu)'."""
+  sizes = " ".join(f"{a}={mesh.shape[a]}" for a in MESH_AXES)
+  return (f"{sizes} ({mesh.devices.size} devices, {jax.process_count()} processes, "
+          f"{mesh.devices.flat[0].platform})")
+
+
+# ----------------------------------------------------------------------------- checks
 
 
 def batch_parallelism(mesh: Mesh) -> int:
@@ -74,15 +156,56 @@ def batch_parallelism(mesh: Mesh) -> int:
   return mesh.shape["data"] * mesh.shape["fsdp"]
 
 
-def logical_shardings(mesh: Mesh, boxed_tree):
-  """NamedShardings for a tree whose leaves may carry logical names (LogicallyPartitioned)."""
+def check_divisibility(config: ml_collections.ConfigDict, mesh: Mesh) -> None:
+  """Every sharded model dimension must split evenly: fail before anything compiles.
+
+  'tensor' splits num_heads, d_ff and vocab_size; 'fsdp' splits d_model.
+  """
+  m = config.model
+  tp, fsdp = mesh.shape["tensor"], mesh.shape["fsdp"]
+  for key, value in (("num_heads", m.num_heads), ("d_ff", m.d_ff), ("vocab_size", m.vocab_size)):
+    if value % tp:
+      raise ConfigError(f"config key 'model.{key}'={value} is not divisible by the tensor-parallel "
+                        f"size mesh.tensor={tp}")
+  if m.d_model % fsdp:
+    raise ConfigError(f"config key 'model.d_model'={m.d_model} is not divisible by the FSDP size "
+                      f"mesh.fsdp={fsdp}")
+
+
+def check_batch_rows(global_rows: int, mesh: Mesh, what: str = "global batch") -> None:
+  """Batch rows split over data*fsdp devices: the row count must be a multiple of that."""
+  dp = batch_parallelism(mesh)
+  if global_rows % dp:
+    raise ConfigError(f"the {what} has {global_rows} rows, not divisible by the data-parallel size "
+                      f"mesh.data*mesh.fsdp={dp}; pad batches to a multiple of {dp} rows")
+
+
+def padded_rows(rows: int, mesh: Mesh) -> int:
+  """The smallest multiple of the data-parallel size that holds `rows` (for decode batches)."""
+  dp = batch_parallelism(mesh)
+  return -(-rows // dp) * dp
+
+
+# ----------------------------------------------------------------------------- shardings
+
+
+def logical_sharding(mesh: Mesh, logical_axes, rules=LOGICAL_RULES) -> NamedSharding:
+  """NamedSharding of one array from its logical axis names, e.g. ('batch', 'length')."""
+  return NamedSharding(mesh, nn.logical_to_mesh_axes(logical_axes, rules))
+
+
+def logical_shardings(mesh: Mesh, boxed_tree, rules=LOGICAL_RULES):
+  """NamedShardings for a tree whose leaves may carry logical names (LogicallyPartitioned).
+
+  Leaves without names (step counters, Adam's count) are replicated.
+  """
   specs = nn.get_partition_spec(boxed_tree)
-  return nn.logical_to_mesh_sharding(specs, mesh, LOGICAL_RULES)
+  return nn.logical_to_mesh_sharding(specs, mesh, rules)
 
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:
   """Batches are split over rows along data and fsdp, replicated along tensor."""
-  return NamedSharding(mesh, P(("data", "fsdp")))
+  return NamedSharding(mesh, P(BATCH_AXES))
 
 
 def replicated(mesh: Mesh) -> NamedSharding:
@@ -90,7 +213,53 @@ def replicated(mesh: Mesh) -> NamedSharding:
 
 
 def global_batch(mesh: Mesh, local_batch: dict) -> dict:
-  """Assembles the global batch from each process's rows (multi-host safe)."""
+  """Assembles the global batch from each process's rows (multi-host safe).
+
+  Every process passes its own equal share of rows (rows [p*n, (p+1)*n) for process p, in
+  mesh order); the global batch has n * process_count rows.
+  """
   sharding = batch_sharding(mesh)
-  return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v))
-          for k, v in local_batch.items()}
+  out = {}
+  for key, value in local_batch.items():
+    value = np.asarray(value)
+    check_batch_rows(value.shape[0] * jax.process_count(), mesh, f"global batch ('{key}')")
+    out[key] = jax.make_array_from_process_local_data(sharding, value)
+  return out
+
+
+@functools.lru_cache(maxsize=16)
+def _abstract_params(model_cfg):
+  from transformer_jax.model import Transformer  # pylint: disable=g-import-not-at-top
+  ids = jax.ShapeDtypeStruct((1, 8), np.int32)
+  init = functools.partial(Transformer(model_cfg).init, inputs_BxS=ids, targets_BxT=ids)
+  return jax.eval_shape(lambda rng: init(rng)["params"], jax.random.key(0))
+
+
+def param_shardings(config: ml_collections.ConfigDict, mesh: Mesh, *, inference: bool = False):
+  """(abstract params with shardings, NamedSharding tree) of the model, nothing allocated.
+
+  For decode/eval steps: `jax.jit(step, in_shardings=(shardings, batch_sharding(mesh)))` and
+  `checkpoint` restores straight into them. `inference=True` uses INFERENCE_RULES (weights
+  replicated over data and fsdp, still split over tensor). The training state's `params` have
+  the same shardings as `inference=False`.
+  """
+  from transformer_jax.config import ModelConfig  # pylint: disable=g-import-not-at-top
+  boxed = _abstract_params(ModelConfig.from_config(config.model))
+  shardings = logical_shardings(mesh, boxed, INFERENCE_RULES if inference else LOGICAL_RULES)
+  abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                          nn.meta.unbox(boxed), shardings)
+  return abstract, shardings
+
+
+def sharding_table(abstract_tree, max_rows: int = 0) -> str:
+  """One line per array: path, global shape, PartitionSpec and per-device shard shape."""
+  lines = []
+  for path, leaf in jax.tree_util.tree_flatten_with_path(abstract_tree)[0]:
+    sh = getattr(leaf, "sharding", None)
+    spec = getattr(sh, "spec", None)
+    shard = sh.shard_shape(leaf.shape) if sh is not None else leaf.shape
+    lines.append(f"{jax.tree_util.keystr(path):70s} {str(tuple(leaf.shape)):16s} "
+                 f"{str(spec):32s} {tuple(shard)}")
+  if max_rows and len(lines) > max_rows:
+    lines = lines[:max_rows] + [f"... {len(lines) - max_rows} more"]
+  return "\n".join(lines)

@@ -82,7 +82,7 @@ def create_state(config: ml_collections.ConfigDict, mesh: Mesh) -> TrainState:
   """The initial state, created sharded on the mesh (parameters from config.seed)."""
   _, shardings = state_shardings(config, mesh)
   init = jax.jit(lambda rng: nn.meta.unbox(init_state(config, rng)), out_shardings=shardings)
-  with mesh, nn.logical_axis_rules(sharding.LOGICAL_RULES):
+  with sharding.mesh_context(mesh):
     return init(jax.random.key(config.seed))
 
 
@@ -164,7 +164,7 @@ def _with_rules(fn, mesh):
   """Traces under the mesh and the logical rules, so activation constraints resolve."""
   @functools.wraps(fn)
   def wrapped(*args):
-    with mesh, nn.logical_axis_rules(sharding.LOGICAL_RULES):
+    with sharding.mesh_context(mesh):
       return fn(*args)
   wrapped.jitted = fn
   return wrapped
