@@ -57,9 +57,18 @@ def save(manager: ocp.CheckpointManager, step: int, state, config: ml_collection
   manager.save(step, args=ocp.args.Composite(**args), force=True)
 
 
+def _key_name(entry) -> str:
+  for attr in ("key", "name", "idx"):
+    if hasattr(entry, attr):
+      return str(getattr(entry, attr))
+  return str(entry)
+
+
 def _flat_shapes(tree) -> dict[str, tuple]:
+  """'params/decoder/layer_0/...' -> shape, the same for a dataclass state and its metadata."""
   flat = jax.tree_util.tree_flatten_with_path(tree)[0]
-  return {jax.tree_util.keystr(path): tuple(getattr(leaf, "shape", ())) for path, leaf in flat}
+  return {"/".join(_key_name(k) for k in path): tuple(getattr(leaf, "shape", ()))
+          for path, leaf in flat}
 
 
 def check_compatible(manager: ocp.CheckpointManager, step: int, abstract_state) -> None:
@@ -77,7 +86,7 @@ def check_compatible(manager: ocp.CheckpointManager, step: int, abstract_state) 
       raise CheckpointError(
           f"checkpoint {manager.directory}/{step} is from an incompatible config: parameter "
           f"{key} has shape {saved[key]} there but {shape} in this config; use another --workdir")
-    if key not in saved and ".params" in key:
+    if key not in saved and key.startswith("params/"):
       raise CheckpointError(
           f"checkpoint {manager.directory}/{step} is from an incompatible config: it has no "
           f"parameter {key}; use another --workdir")

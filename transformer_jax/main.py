@@ -36,6 +36,7 @@ _PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index in 
 def _run(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  _enable_compilation_cache()
   from transformer_jax import distributed  # pylint: disable=g-import-not-at-top
   distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   if _WORKDIR.value is None:
@@ -60,8 +61,21 @@ def _run(argv):
                               overrides=_CONFIG.value)
 
 
+def _enable_compilation_cache():
+  """Compiled steps are reused across runs and restarts (TRANSFORMER_JAX_JIT_CACHE='' disables)."""
+  import os  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  path = os.environ.get("TRANSFORMER_JAX_JIT_CACHE",
+                        os.path.join(os.path.expanduser("~"), ".cache", "transformer_jax", "jit"))
+  if path:
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+
+
 def main(argv):
   from transformer_jax import errors  # pylint: disable=g-import-not-at-top
+  if not flags.FLAGS["verbosity"].present:  # the console shows progress, warnings and errors
+    logging.set_verbosity(logging.WARNING)
   try:
     _run(argv)
   except errors.USER_ERRORS as e:
