@@ -23,7 +23,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from transformer_jax import checkpoint, sharding, step as step_lib
+from transformer_jax import checkpoint, distributed, sharding, step as step_lib
 from transformer_jax.config import ConfigError, ModelConfig, validate
 from transformer_jax.metrics import MetricsWriter, measure_peak_flops, train_flops
 
@@ -110,7 +110,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   if manager.latest_step() is not None:
     checkpoint.check_compatible(manager, manager.latest_step(), abstract_state)
 
-  tok = tokenizer.load_or_train_tokenizer(config, workdir)
+  tok = distributed.process_zero_first(  # trained once into WORKDIR/vocab, then loaded by all
+      "vocab", lambda: tokenizer.load_or_train_tokenizer(config, workdir))
   if tok.vocab_size != model_cfg.vocab_size:
     raise ConfigError(f"config key 'model.vocab_size'={model_cfg.vocab_size} but the vocabulary in "
                       f"{workdir}/vocab has {tok.vocab_size} pieces")
