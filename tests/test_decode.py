@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import flax.linen as nn
@@ -19,13 +20,25 @@ EOS = decode.EOS_ID
 
 def tiny_config(**changes) -> ModelConfig:
   cfg = ModelConfig(vocab_size=13, d_model=16, num_heads=2, d_k=8, d_v=8, d_ff=32,
-                    num_encoder_layers=2, num_decoder_layers=2, max_len=32, dropout_rate=0.0)
+                    num_encoder_layers=1, num_decoder_layers=1, max_len=32, dropout_rate=0.0)
   return cfg.replace(**changes)
+
+
+@functools.lru_cache(maxsize=None)
+def teacher_forced(cfg: ModelConfig):
+  """Jitted (params, inputs, targets) -> logits [B, T, V], no cache."""
+  return jax.jit(lambda params, inputs, targets: Transformer(cfg).apply({"params": params},
+                                                                         inputs, targets))
+
+
+@functools.lru_cache(maxsize=None)
+def jitted_init(cfg: ModelConfig):
+  return jax.jit(Transformer(cfg).init)  # eager Flax init is slower than compiling it
 
 
 def init_params(cfg: ModelConfig, seed=0, scale=1.0):
   dummy = jnp.ones((1, 4), jnp.int32)
-  params = nn.meta.unbox(Transformer(cfg).init(jax.random.PRNGKey(seed), dummy, dummy)["params"])
+  params = nn.meta.unbox(jitted_init(cfg)(jax.random.PRNGKey(seed), dummy, dummy)["params"])
   # A larger scale makes the random model's next-token distributions peakier (and lets it
   # choose EOS on its own); it does not change what is being compared.
   return jax.tree_util.tree_map(lambda p: p * scale, params)
@@ -38,7 +51,7 @@ def sequence_logprobs(cfg, params, inputs_1xS, seqs):
   for i, s in enumerate(seqs):
     targets_NxT[i, :len(s)] = s
   inputs_NxS = jnp.repeat(jnp.asarray(inputs_1xS), len(seqs), axis=0)
-  logits_NxTxV = Transformer(cfg).apply({"params": params}, inputs_NxS, jnp.asarray(targets_NxT))
+  logits_NxTxV = teacher_forced(cfg)(params, inputs_NxS, jnp.asarray(targets_NxT))
   logprobs_NxTxV = np.asarray(jax.nn.log_softmax(logits_NxTxV, axis=-1), np.float64)
   token_NxT = np.take_along_axis(logprobs_NxTxV, targets_NxT[:, :, None], axis=2)[:, :, 0]
   return np.sum(np.where(targets_NxT != 0, token_NxT, 0.0), axis=1)
@@ -58,7 +71,7 @@ def trim(row) -> list[int]:
 
 @pytest.mark.parametrize("impl", ["einsum", "dot_product_attention"])
 def test_cached_decoding_matches_teacher_forcing(impl):
-  cfg = tiny_config(attention_impl=impl)
+  cfg = tiny_config(attention_impl=impl, num_encoder_layers=2, num_decoder_layers=2)
   params = init_params(cfg)
   rng = np.random.RandomState(0)
   inputs_BxS = rng.randint(1, cfg.vocab_size, (3, 7)).astype(np.int32)
@@ -66,11 +79,12 @@ def test_cached_decoding_matches_teacher_forcing(impl):
   inputs_BxS[1, 1:] = 0
   targets_BxT = jnp.asarray(rng.randint(1, cfg.vocab_size, (3, 6)), jnp.int32)
   inputs_BxS = jnp.asarray(inputs_BxS)
-  full_BxTxV = Transformer(cfg).apply({"params": params}, inputs_BxS, targets_BxT)
+  full_BxTxV = teacher_forced(cfg)(params, inputs_BxS, targets_BxT)
 
   buffer = 9  # longer than the targets: unused cache slots must stay masked
-  encoded_BxSxD = decode.encode(cfg, params, inputs_BxS)
-  cache = decode.init_cache(cfg, params, encoded_BxSxD, inputs_BxS, buffer)
+  encoded_BxSxD = jax.jit(decode.encode, static_argnums=0)(cfg, params, inputs_BxS)
+  cache = jax.jit(decode.init_cache, static_argnums=(0, 4))(cfg, params, encoded_BxSxD,
+                                                           inputs_BxS, buffer)
   step_fn = jax.jit(decode.make_step_fn(cfg, params, encoded_BxSxD, inputs_BxS, buffer))
   decoder_inputs_BxT = jnp.pad(targets_BxT, ((0, 0), (1, 0)))[:, :-1]
   steps = []
@@ -92,6 +106,76 @@ def test_reorder_cache_moves_self_attention_rows_only():
   assert int(out["layer"]["self_attention"]["cache_index"]) == 3
 
 
+# ----------------------------------------------------------------------------- the search alone
+
+STATES = 7
+
+
+def synthetic_step_fn(table_BxTxMxV, beam_size):
+  """A toy decoder whose next-token logits depend on the whole prefix through a state kept in a
+  'cached_key' cache entry, so that a search that forgets to reorder the cache gets it wrong."""
+  def step_fn(ids_Nx1, t, cache):
+    state_N = (cache["cached_key"] * 3 + ids_Nx1[:, 0]) % STATES
+    sentence_N = jnp.arange(ids_Nx1.shape[0]) // beam_size
+    return table_BxTxMxV[sentence_N, t, state_N], {"cached_key": state_N}
+  return step_fn
+
+
+def synthetic_search(table_BxTxMxV, limit_B, beam_size, alpha, stop_early=True):
+  batch, max_len = table_BxTxMxV.shape[:2]
+  cache = {"cached_key": jnp.zeros((batch * beam_size,), jnp.int32)}
+  return beam_search.beam_search(synthetic_step_fn(table_BxTxMxV, beam_size), cache, limit_B,
+                                 beam_size=beam_size, alpha=alpha, max_len=max_len,
+                                 stop_early=stop_early)
+
+
+def synthetic_logprob(table_TxMxV, seq):
+  logprobs_TxMxV = np.asarray(jax.nn.log_softmax(table_TxMxV, axis=-1), np.float64)
+  state, prev, total = 0, 0, 0.0
+  for t, token in enumerate(seq):
+    state = (state * 3 + prev) % STATES
+    total += logprobs_TxMxV[t, state, token]
+    prev = token
+  return total
+
+
+def test_wide_beam_equals_exhaustive_search_on_a_synthetic_model():
+  vocab, limits = 5, [5, 3]
+  table_BxTxMxV = jnp.asarray(np.random.RandomState(0).randn(2, 5, STATES, vocab) * 2, jnp.float32)
+  beam, alpha = 3 ** 4, 0.6  # keeps every prefix alive
+  search = jax.jit(functools.partial(synthetic_search, beam_size=beam, alpha=alpha))
+  result = search(table_BxTxMxV, jnp.array(limits))
+  words = [2, 3, 4]
+  for b, limit in enumerate(limits):
+    candidates = [list(p) + [EOS] for n in range(limit) for p in itertools.product(words, repeat=n)]
+    scores = np.array([synthetic_logprob(table_BxTxMxV[b], c) / lp(len(c), alpha)
+                       for c in candidates])
+    order = np.argsort(-scores)
+    n = min(beam, len(candidates))
+    assert [trim(s) for s in result.seqs_BxKxL[b, :3]] == [candidates[i] for i in order[:3]]
+    np.testing.assert_allclose(result.scores_BxK[b, :n], scores[order[:n]], atol=1e-5)
+
+
+@pytest.mark.parametrize("alpha", [1.0, 2.0])
+def test_early_termination_bound_never_changes_the_result(alpha):
+  """Peaky toy distributions, where a long output can overtake finished short ones thanks to
+  the length penalty: stopping early (one sentence per call, so that the bound alone decides
+  when the loop ends) returns what running to the limit returns."""
+  length = 12
+  search = jax.jit(functools.partial(synthetic_search, beam_size=2, alpha=alpha))
+  full = jax.jit(functools.partial(synthetic_search, beam_size=2, alpha=alpha, stop_early=False))
+  stopped_early = 0
+  for seed in range(100):
+    table_1xTxMxV = jnp.asarray(np.random.RandomState(seed).randn(1, length, STATES, 6) * 3,
+                                jnp.float32)
+    a, b = search(table_1xTxMxV, jnp.array([length])), full(table_1xTxMxV, jnp.array([length]))
+    np.testing.assert_array_equal(a.seqs_BxKxL, b.seqs_BxKxL)
+    np.testing.assert_allclose(a.scores_BxK, b.scores_BxK, atol=1e-6)
+    assert int(b.num_steps) == length
+    stopped_early += int(a.num_steps) < length
+  assert stopped_early >= 20
+
+
 # ----------------------------------------------------------------------------- beam search
 
 
@@ -102,7 +186,7 @@ def test_wide_beam_equals_exhaustive_search(alpha):
   inputs_BxS = jnp.array([[3, EOS], [4, 0]], jnp.int32)  # lengths 2 and 1
   max_extra_len = 2                                      # limits 4 and 3 tokens with EOS
   beam = 64                                              # = 4^3: keeps every prefix alive
-  seqs_BxKxL, scores_BxK = decode.jitted_beam_decode(cfg, beam, alpha, max_extra_len)(
+  seqs_BxKxL, scores_BxK, _ = decode.jitted_beam_decode(cfg, beam, alpha, max_extra_len)(
       params, inputs_BxS)
   words = [t for t in range(cfg.vocab_size) if t not in (0, EOS)]  # padding is never emitted
   for b, limit in enumerate([4, 3]):
@@ -122,7 +206,7 @@ def test_narrow_beam_scores_are_its_hypotheses_scores():
   params = init_params(cfg, seed=2, scale=2.0)
   inputs_BxS = jnp.array([[5, 6, 7, EOS], [8, EOS, 0, 0]], jnp.int32)
   alpha = 0.6
-  seqs_BxKxL, scores_BxK = decode.jitted_beam_decode(cfg, 3, alpha, 3)(params, inputs_BxS)
+  seqs_BxKxL, scores_BxK, _ = decode.jitted_beam_decode(cfg, 3, alpha, 3)(params, inputs_BxS)
   for b in range(2):
     hyps = [trim(seqs_BxKxL[b, j]) for j in range(3)]
     logp = sequence_logprobs(cfg, params, inputs_BxS[b:b + 1], hyps)
@@ -139,7 +223,7 @@ def test_greedy_matches_beam_size_one():
   rng = np.random.RandomState(3)
   inputs_BxS = jnp.asarray(rng.randint(2, cfg.vocab_size, (6, 5)), jnp.int32)
   greedy_BxL, greedy_logp_B = decode.jitted_greedy_decode(cfg, 6)(params, inputs_BxS)
-  beam_BxKxL, beam_scores_BxK = decode.jitted_beam_decode(cfg, 1, 0.0, 6)(params, inputs_BxS)
+  beam_BxKxL, beam_scores_BxK, _ = decode.jitted_beam_decode(cfg, 1, 0.0, 6)(params, inputs_BxS)
   assert greedy_BxL.shape == beam_BxKxL[:, 0].shape
   same = 0
   for b in range(inputs_BxS.shape[0]):
@@ -149,7 +233,7 @@ def test_greedy_matches_beam_size_one():
     # Candidates: the greedy output, and greedy prefix + EOS wherever EOS ranked second.
     best_seq, best = g, logp
     targets = jnp.asarray([g])
-    logits = Transformer(cfg).apply({"params": params}, inputs_BxS[b:b + 1], targets)[0]
+    logits = teacher_forced(cfg)(params, inputs_BxS[b:b + 1], targets)[0]
     logprobs_TxV = np.asarray(jax.nn.log_softmax(logits, axis=-1), np.float64)
     prefix_logp = 0.0
     for t in range(len(g) - 1):
@@ -206,11 +290,11 @@ def test_batch_entries_are_independent():
   batch_BxS = jnp.asarray([s + [0] * (width - len(s)) for s in sentences], jnp.int32)
   beam = decode.jitted_beam_decode(cfg, 3, 0.6, 4)
   greedy = decode.jitted_greedy_decode(cfg, 4)
-  seqs_BxKxL, scores_BxK = beam(params, batch_BxS)
+  seqs_BxKxL, scores_BxK, _ = beam(params, batch_BxS)
   greedy_BxL, greedy_logp_B = greedy(params, batch_BxS)
   for b, s in enumerate(sentences):
     alone_1xS = jnp.asarray([s], jnp.int32)  # own width, so a different buffer length too
-    seqs_1xKxL, scores_1xK = beam(params, alone_1xS)
+    seqs_1xKxL, scores_1xK, _ = beam(params, alone_1xS)
     for j in range(3):
       assert trim(seqs_1xKxL[0, j]) == trim(seqs_BxKxL[b, j])
     np.testing.assert_allclose(scores_1xK[0], scores_BxK[b], atol=1e-5)

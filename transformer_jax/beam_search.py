@@ -105,8 +105,16 @@ class BeamState(NamedTuple):
   cache: Any                        # decoder cache with B*K rows
 
 
-def _sentence_done(state: BeamState, limit_B, alpha):
+class BeamResult(NamedTuple):
+  seqs_BxKxL: jnp.ndarray   # int32 finished hypotheses, best first, EOS-terminated, zero padded
+  scores_BxK: jnp.ndarray   # float32 log P(Y) / lp(|Y|)
+  num_steps: jnp.ndarray    # int32 scalar: decoder steps run (< L when it stopped early)
+
+
+def _sentence_done(state: BeamState, limit_B, alpha, stop_early=True):
   """[B] bool: the sentence reached its length limit, or no live hypothesis can still win."""
+  if not stop_early:
+    return state.step >= limit_B
   best_live_B = state.live_logprobs_BxK[:, 0]  # live hypotheses are kept sorted, best first
   best_reachable_B = best_live_B / length_penalty(limit_B, alpha)
   all_full_B = jnp.all(state.finished_flags_BxK, axis=1)
@@ -115,7 +123,7 @@ def _sentence_done(state: BeamState, limit_B, alpha):
 
 
 def beam_search(step_fn: StepFn, cache, limit_B, *, beam_size: int, alpha: float,
-                max_len: int):
+                max_len: int, stop_early: bool = True) -> BeamResult:
   """Beam search for a batch of sentences.
 
   Args:
@@ -126,10 +134,12 @@ def beam_search(step_fn: StepFn, cache, limit_B, *, beam_size: int, alpha: float
     beam_size: k.
     alpha: the length penalty exponent (>= 0 for the termination bound to hold).
     max_len: static buffer length L (>= max(limit_B)).
+    stop_early: stop a sentence when no live hypothesis can beat its finished ones (False:
+      run every sentence to its limit; the result is the same, only slower).
 
   Returns:
-    (seqs [B, K, L] int32, scores [B, K] float32): the finished hypotheses of each sentence,
-    best first, each EOS-terminated and zero padded; scores are log P(Y) / lp(|Y|).
+    BeamResult: the k finished hypotheses of each sentence, best first ([B, K, L] int32,
+    EOS-terminated, zero padded), their scores log P(Y) / lp(|Y|) [B, K], the steps run.
   """
   k = beam_size
   limit_B = jnp.clip(jnp.asarray(limit_B, jnp.int32), 1, max_len)
@@ -147,7 +157,7 @@ def beam_search(step_fn: StepFn, cache, limit_B, *, beam_size: int, alpha: float
       cache=cache)
 
   def cond_fn(state: BeamState):
-    return (state.step < max_len) & ~jnp.all(_sentence_done(state, limit_B, alpha))
+    return (state.step < max_len) & ~jnp.all(_sentence_done(state, limit_B, alpha, stop_early))
 
   def body_fn(state: BeamState):
     t = state.step
@@ -193,7 +203,7 @@ def beam_search(step_fn: StepFn, cache, limit_B, *, beam_size: int, alpha: float
 
   final = lax.while_loop(cond_fn, body_fn, state)
   # Every sentence is forced to finish at its limit (<= max_len), so finished slot 0 is filled.
-  return final.finished_seqs_BxKxL, final.finished_scores_BxK
+  return BeamResult(final.finished_seqs_BxKxL, final.finished_scores_BxK, final.step)
 
 
 # ----------------------------------------------------------------------------- greedy search

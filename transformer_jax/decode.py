@@ -71,8 +71,9 @@ def encode(model_cfg: ModelConfig, params, inputs_BxS):
 
 
 def beam_decode(model_cfg: ModelConfig, params, inputs_BxS, *, beam_size: int = 4,
-                alpha: float = 0.6, max_extra_len: int = 50):
-  """Pure (jit-able) beam search: (seqs [B, K, L] int32, scores [B, K] float32), best first."""
+                alpha: float = 0.6, max_extra_len: int = 50,
+                stop_early: bool = True) -> beam_search.BeamResult:
+  """Pure (jit-able) beam search: BeamResult(seqs [B, K, L], scores [B, K], steps), best first."""
   max_len = buffer_length(model_cfg, inputs_BxS.shape[1], max_extra_len)
   encoded_BxSxD = encode(model_cfg, params, inputs_BxS)
   cache = init_cache(model_cfg, params, encoded_BxSxD, inputs_BxS, max_len)
@@ -81,7 +82,7 @@ def beam_decode(model_cfg: ModelConfig, params, inputs_BxS, *, beam_size: int = 
   step_fn = make_step_fn(model_cfg, params, encoded_NxSxD, inputs_NxS, max_len)
   limit_B = output_limits(inputs_BxS, max_extra_len, max_len)
   return beam_search.beam_search(step_fn, cache, limit_B, beam_size=beam_size, alpha=alpha,
-                                 max_len=max_len)
+                                 max_len=max_len, stop_early=stop_early)
 
 
 def greedy_decode(model_cfg: ModelConfig, params, inputs_BxS, *, max_extra_len: int = 50):
@@ -95,10 +96,11 @@ def greedy_decode(model_cfg: ModelConfig, params, inputs_BxS, *, max_extra_len: 
 
 
 @functools.lru_cache(maxsize=None)
-def jitted_beam_decode(model_cfg: ModelConfig, beam_size: int, alpha: float, max_extra_len: int):
+def jitted_beam_decode(model_cfg: ModelConfig, beam_size: int, alpha: float, max_extra_len: int,
+                       stop_early: bool = True):
   """`beam_decode` jitted for these settings (jax keeps one executable per input shape)."""
   return jax.jit(functools.partial(beam_decode, model_cfg, beam_size=beam_size, alpha=alpha,
-                                   max_extra_len=max_extra_len))
+                                   max_extra_len=max_extra_len, stop_early=stop_early))
 
 
 @functools.lru_cache(maxsize=None)
@@ -109,9 +111,9 @@ def jitted_greedy_decode(model_cfg: ModelConfig, max_extra_len: int):
 def translate_batch(model_cfg: ModelConfig, params, inputs_BxS, *, beam_size: int = 4,
                     alpha: float = 0.6, max_extra_len: int = 50) -> jnp.ndarray:
   """The best beam-search hypothesis per sentence: int32 [B, L], EOS-terminated, zero padded."""
-  seqs_BxKxL, _ = jitted_beam_decode(model_cfg, beam_size, float(alpha), max_extra_len)(
+  result = jitted_beam_decode(model_cfg, beam_size, float(alpha), max_extra_len)(
       params, jnp.asarray(inputs_BxS, jnp.int32))
-  return seqs_BxKxL[:, 0, :]
+  return result.seqs_BxKxL[:, 0, :]
 
 
 def greedy_batch(model_cfg: ModelConfig, params, inputs_BxS, *, max_extra_len: int = 50) -> jnp.ndarray:
