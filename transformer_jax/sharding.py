@@ -230,9 +230,9 @@ def global_batch(mesh: Mesh, local_batch: dict) -> dict:
 @functools.lru_cache(maxsize=16)
 def _abstract_params(model_cfg):
   from transformer_jax.model import Transformer  # pylint: disable=g-import-not-at-top
-  ids = jax.ShapeDtypeStruct((1, 8), np.int32)
-  init = functools.partial(Transformer(model_cfg).init, inputs_BxS=ids, targets_BxT=ids)
-  return jax.eval_shape(lambda rng: init(rng)["params"], jax.random.key(0))
+  ids_1x8 = jax.ShapeDtypeStruct((1, 8), np.int32)
+  init = Transformer(model_cfg).init
+  return jax.eval_shape(lambda rng, ids: init(rng, ids, ids)["params"], jax.random.key(0), ids_1x8)
 
 
 def param_shardings(config: ml_collections.ConfigDict, mesh: Mesh, *, inference: bool = False):

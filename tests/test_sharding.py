@@ -1,0 +1,354 @@
+"""Sharding: the same training on DP, FSDP, TP and mixed meshes as on one device, and bad meshes.
+
+The sharded checks need 8 devices, which on CPU means XLA_FLAGS=--xla_force_host_platform_
+device_count=8 before jax starts. So this file is also a script: the module-scoped fixture runs
+`python -m tests.test_sharding` in a subprocess with that flag (nothing leaks into the pytest
+process or other test files), the script trains two steps on each mesh and prints a JSON report,
+and the tests below check it. Config mistakes (mesh sizes, divisibility) are checked in-process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NUM_DEVICES = 8
+MESHES = {"data8": (8, 1, 1), "fsdp8": (1, 8, 1), "tensor8": (1, 1, 8), "mixed222": (2, 2, 2)}
+# Kernel path -> expected PartitionSpec (as a tuple of str/None) of the parameter and its Adam moments.
+EXPECTED_SPECS = {
+    "shared_embedding.embedding": ("tensor", "fsdp"),
+    "encoder.layer_0.self_attention.query": ("fsdp", "tensor", None),
+    "encoder.layer_0.self_attention.out": ("tensor", None, "fsdp"),
+    "decoder.layer_0.cross_attention.key": ("fsdp", "tensor", None),
+    "encoder.layer_0.ffn.wi.kernel": ("fsdp", "tensor"),
+    "encoder.layer_0.ffn.wi.bias": ("tensor",),
+    "decoder.layer_0.ffn.wo.kernel": ("tensor", "fsdp"),
+    "decoder.layer_0.ffn_block.norm.scale": ("fsdp",),
+}
+
+
+# ----------------------------------------------------------------------------- the 8-device worker
+
+
+def _tiny_config(mesh_shape=(1, 1, 1), dtype="float32"):
+  from configs import tiny  # pylint: disable=g-import-not-at-top
+  c = tiny.get_config()
+  m = c.model
+  m.vocab_size, m.d_model, m.num_heads, m.d_k, m.d_v, m.d_ff = 64, 32, 8, 8, 8, 64
+  m.num_encoder_layers = m.num_decoder_layers = 1
+  m.dtype = dtype
+  # Updates of ~6e-3 per step: large enough that a wrong gradient shows, small enough that Adam's
+  # normalisation (m / sqrt(v) of near-zero gradients) does not blow float reassociation noise
+  # up beyond the 1e-5 the parameters are compared to.
+  c.train.warmup_steps, c.train.learning_rate_scale = 2, 0.1
+  c.mesh.data, c.mesh.fsdp, c.mesh.tensor = mesh_shape
+  return c
+
+
+def _batches(num=2, rows=8, src_len=12, tgt_len=10, vocab=64):
+  rng = np.random.default_rng(0)
+  out = []
+  for _ in range(num):
+    inputs = rng.integers(3, vocab, (rows, src_len)).astype(np.int32)
+    targets = rng.integers(3, vocab, (rows, tgt_len)).astype(np.int32)
+    inputs[::3, -4:] = 0  # some padding
+    targets[1::3, -3:] = 0
+    out.append({"inputs": inputs, "targets": targets})
+  return out
+
+
+def _path(keypath) -> str:
+  return ".".join(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in keypath)
+
+
+def _flat(tree) -> dict:
+  import jax  # pylint: disable=g-import-not-at-top
+  return {_path(k): v for k, v in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
+def _adam_mu(opt_state) -> dict:
+  """Adam's first moments by parameter path, wherever optax keeps them in the state."""
+  import jax  # pylint: disable=g-import-not-at-top
+  out = {}
+  for keypath, leaf in jax.tree_util.tree_flatten_with_path(opt_state)[0]:
+    names = [getattr(k, "name", None) for k in keypath]
+    if "mu" in names:
+      out[_path(keypath[names.index("mu") + 1:])] = leaf
+  return out
+
+
+def _spec(sharding) -> list:
+  """A PartitionSpec as a JSON list without trailing Nones."""
+  spec = [a if a is None or isinstance(a, str) else list(a) for a in sharding.spec]
+  while spec and spec[-1] is None:
+    spec.pop()
+  return spec
+
+
+def _train_two_steps(shape, devices):
+  import jax  # pylint: disable=g-import-not-at-top
+  from transformer_jax import sharding, step as step_lib  # pylint: disable=g-import-not-at-top
+  config = _tiny_config(shape)
+  mesh = sharding.make_mesh(config.mesh, devices)
+  sharding.check_divisibility(config, mesh)
+  _, state_sh = step_lib.state_shardings(config, mesh)
+  state = step_lib.create_state(config, mesh)
+  train_fn = step_lib.jit_train_step(config, mesh, state_sh)
+  losses, grad_norms, compiled = [], [], None
+  for batch in _batches():
+    gbatch = sharding.global_batch(mesh, batch)
+    if compiled is None:
+      with sharding.mesh_context(mesh):
+        compiled = train_fn.jitted.lower(state, gbatch).compile()
+      batch_rows = gbatch["inputs"].addressable_shards[0].data.shape[0]
+    state, metrics = train_fn(state, gbatch)
+    losses.append(float(metrics["loss_sum"]))
+    grad_norms.append(float(metrics["grad_norm"]))
+  eval_fn = step_lib.jit_eval_step(config, mesh, state_sh.params)
+  eval_nll = float(eval_fn(state.params, sharding.global_batch(mesh, _batches()[0]))["nll_sum"])
+  return mesh, state, compiled, (losses, grad_norms), eval_nll, batch_rows
+
+
+def _report_mesh(name, shape, devices, reference):
+  import jax  # pylint: disable=g-import-not-at-top
+  mesh, state, compiled, (losses, grad_norms), eval_nll, batch_rows = _train_two_steps(shape, devices)
+  params = _flat(state.params)
+  ref_params = reference["params"]
+  max_diff = max(float(np.max(np.abs(np.asarray(params[k]) - ref_params[k]))) for k in params)
+  in_state_sh = _flat(compiled.input_shardings[0][0].params)
+  mu = _adam_mu(state.opt_state)
+  leaves = {}
+  for key in EXPECTED_SPECS:
+    p = params[key]
+    leaves[key] = {
+        "spec": _spec(p.sharding),
+        "compiled_spec": _spec(in_state_sh[key]),
+        "mu_spec": _spec(mu[key].sharding),
+        "shape": list(p.shape),
+        "shard_shape": list(p.addressable_shards[0].data.shape),
+        "mu_shard_shape": list(mu[key].addressable_shards[0].data.shape),
+    }
+  dev0 = jax.devices()[0]
+  state_leaves = jax.tree.leaves(state.params) + jax.tree.leaves(state.opt_state)
+  total = sum(x.size * x.dtype.itemsize for x in state_leaves)
+  on_dev0 = sum(s.data.size * s.data.dtype.itemsize for x in state_leaves
+                for s in x.addressable_shards if s.device == dev0)
+  return {"mesh": dict(mesh.shape), "losses": losses, "grad_norms": grad_norms,
+          "eval_nll": eval_nll, "ref_losses": reference["losses"],
+          "ref_grad_norms": reference["grad_norms"], "ref_eval_nll": reference["eval_nll"],
+          "max_param_diff": max_diff, "leaves": leaves, "state_bytes": total,
+          "state_bytes_device0": on_dev0, "batch_rows_per_device": batch_rows}
+
+
+def _compiles_during(fn) -> tuple[str, int]:
+  """(error message or '', number of XLA compilations) while running fn."""
+  import jax  # pylint: disable=g-import-not-at-top
+  events = []
+  listener = lambda name, *a, **k: events.append(name)  # noqa: E731
+  jax.monitoring.register_event_duration_secs_listener(listener)
+  try:
+    fn()
+    message = ""
+  except Exception as e:  # noqa: BLE001 - reported to the test
+    message = f"{type(e).__name__}: {e}"
+  finally:
+    jax.monitoring.unregister_event_duration_listener(listener)
+  return message, sum(1 for e in events if e == "/jax/core/compile/backend_compile_duration")
+
+
+def _bad_input_report(tmpdir):
+  from transformer_jax import sharding, train  # pylint: disable=g-import-not-at-top
+  out = {}
+  cases = {"mesh_product": dict(mesh_shape=(3, 1, 1)),
+           "tensor_vs_heads": dict(mesh_shape=(1, 1, 8), heads=4),
+           "tensor_vs_d_ff": dict(mesh_shape=(2, 1, 4), d_ff=66)}
+  for name, case in cases.items():
+    config = _tiny_config(case["mesh_shape"])
+    config.model.num_heads = case.get("heads", config.model.num_heads)
+    config.model.d_ff = case.get("d_ff", config.model.d_ff)
+    out[name] = _compiles_during(
+        lambda c=config, n=name: train.train_and_evaluate(c, os.path.join(tmpdir, n)))
+  mesh = sharding.make_mesh(_tiny_config((4, 2, 1)).mesh)
+  batch = {k: v[:6] for k, v in _batches(1)[0].items()}  # 6 rows on data*fsdp = 8
+  out["batch_rows"] = _compiles_during(lambda: sharding.global_batch(mesh, batch))
+  return out
+
+
+def worker_main(tmpdir: str) -> dict:
+  import jax  # pylint: disable=g-import-not-at-top
+  assert jax.device_count() == NUM_DEVICES, jax.devices()
+  devices = jax.devices()
+  _, state, _, (losses, grad_norms), eval_nll, _ = _train_two_steps((1, 1, 1), devices[:1])
+  reference = {"params": {k: np.asarray(v) for k, v in _flat(state.params).items()},
+               "losses": losses, "grad_norms": grad_norms, "eval_nll": eval_nll}
+  report = {"meshes": {name: _report_mesh(name, shape, devices, reference)
+                       for name, shape in MESHES.items()}}
+  report["bad_inputs"] = _bad_input_report(tmpdir)
+  return report
+
+
+# ----------------------------------------------------------------------------- tests: sharded
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+  tmp = str(tmp_path_factory.mktemp("sharding"))
+  env = dict(os.environ, JAX_PLATFORMS="cpu",
+             XLA_FLAGS=f"--xla_force_host_platform_device_count={NUM_DEVICES}")
+  env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
+  proc = subprocess.run([sys.executable, "-m", "tests.test_sharding", tmp], cwd=REPO, env=env,
+                        capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+  assert "Involuntary full rematerialization" not in proc.stderr, proc.stderr[-5000:]
+  return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("name", list(MESHES))
+def test_same_losses_and_params_as_one_device(report, name):
+  r = report["meshes"][name]
+  assert r["mesh"] == dict(zip(("data", "fsdp", "tensor"), MESHES[name]))
+  np.testing.assert_allclose(r["losses"], r["ref_losses"], rtol=1e-5)
+  np.testing.assert_allclose(r["grad_norms"], r["ref_grad_norms"], rtol=1e-5)
+  assert r["eval_nll"] == pytest.approx(r["ref_eval_nll"], rel=1e-5)
+  assert r["max_param_diff"] < 1e-5
+  assert r["losses"][1] != r["losses"][0]  # the second step saw updated parameters
+
+
+@pytest.mark.parametrize("name", list(MESHES))
+def test_parameters_and_adam_moments_are_really_sharded(report, name):
+  r = report["meshes"][name]
+  data, fsdp, tensor = MESHES[name]
+  split = {"data": 1, "fsdp": fsdp, "tensor": tensor, None: 1}
+  for key, expected in EXPECTED_SPECS.items():
+    leaf = r["leaves"][key]
+    stripped = list(expected[:max((i + 1 for i, a in enumerate(expected) if a), default=0)])
+    assert leaf["spec"] == stripped, (key, leaf)           # the state as created
+    assert leaf["compiled_spec"] == stripped, (key, leaf)  # what the compiled step takes
+    assert leaf["mu_spec"] == stripped, (key, leaf)        # Adam's moments follow the params
+    want = [n // split[a] for n, a in zip(leaf["shape"], expected)]
+    assert leaf["shard_shape"] == want, (key, leaf)
+    assert leaf["mu_shard_shape"] == want, (key, leaf)
+  # Each device holds its share of parameters + Adam moments: all of it for pure DP, about
+  # 1/(fsdp*tensor) otherwise (a few small vectors, e.g. LayerNorm under TP, stay whole).
+  share = r["state_bytes_device0"] / r["state_bytes"]
+  ideal = 1 / (fsdp * tensor)
+  assert ideal <= share < ideal + 0.1, (share, ideal)
+  assert r["batch_rows_per_device"] == 8 // (data * fsdp)
+
+
+@pytest.mark.parametrize("case", ["mesh_product", "tensor_vs_heads", "tensor_vs_d_ff", "batch_rows"])
+def test_bad_inputs_fail_with_config_error_before_compiling(report, case):
+  message, compiles = report["bad_inputs"][case]
+  assert message.startswith("ConfigError: "), message
+  assert "\n" not in message
+  assert compiles == 0, message
+  expected = {"mesh_product": "multiply to 3, but there are 8 devices",
+              "tensor_vs_heads": "'model.num_heads'=4 is not divisible by the tensor-parallel size",
+              "tensor_vs_d_ff": "'model.d_ff'=66 is not divisible by the tensor-parallel size",
+              "batch_rows": "6 rows, not divisible by the data-parallel size mesh.data*mesh.fsdp=8"}
+  assert expected[case] in message
+
+
+# ----------------------------------------------------------------------------- tests: in-process
+
+
+def _fake_mesh(data, fsdp, tensor):
+  return types.SimpleNamespace(shape={"data": data, "fsdp": fsdp, "tensor": tensor})
+
+
+@pytest.mark.parametrize("mesh,devices,want", [
+    ((-1, 1, 1), 8, (8, 1, 1)), ((2, -1, 2), 8, (2, 2, 2)), ((1, 1, -1), 4, (1, 1, 4)),
+    ((2, 2, 2), 8, (2, 2, 2)), ((-1, 1, 1), 1, (1, 1, 1))])
+def test_mesh_shape_resolves_the_rest(mesh, devices, want):
+  from transformer_jax import sharding  # pylint: disable=g-import-not-at-top
+  cfg = dict(zip(("data", "fsdp", "tensor"), mesh))
+  assert sharding.mesh_shape(cfg, devices) == want
+
+
+@pytest.mark.parametrize("mesh,devices,match", [
+    ((2, 2, 1), 8, "multiply to 4, but there are 8 devices"),
+    ((3, -1, 1), 8, "multiply to 3, which does not divide the 8 devices"),
+    ((-1, -1, 1), 8, "at most one axis may be -1"),
+    ((16, 1, 1), 8, "multiply to 16")])
+def test_mesh_shape_errors(mesh, devices, match):
+  from transformer_jax import sharding  # pylint: disable=g-import-not-at-top
+  from transformer_jax.config import ConfigError  # pylint: disable=g-import-not-at-top
+  with pytest.raises(ConfigError, match=match):
+    sharding.mesh_shape(dict(zip(("data", "fsdp", "tensor"), mesh)), devices)
+
+
+@pytest.mark.parametrize("change,mesh,match", [
+    ({"num_heads": 6}, (1, 1, 4), "'model.num_heads'=6 is not divisible by the tensor-parallel size mesh.tensor=4"),
+    ({"d_ff": 100}, (1, 1, 8), "'model.d_ff'=100"),
+    ({"vocab_size": 1001}, (1, 1, 2), "'model.vocab_size'=1001"),
+    ({"d_model": 36}, (1, 8, 1), "'model.d_model'=36 is not divisible by the FSDP size mesh.fsdp=8")])
+def test_divisibility_errors(change, mesh, match):
+  from transformer_jax import sharding  # pylint: disable=g-import-not-at-top
+  from transformer_jax.config import ConfigError  # pylint: disable=g-import-not-at-top
+  config = _tiny_config()
+  for key, value in change.items():
+    config.model[key] = value
+  with pytest.raises(ConfigError, match=match.replace("(", r"\(")):
+    sharding.check_divisibility(config, _fake_mesh(*mesh))
+  sharding.check_divisibility(_tiny_config(), _fake_mesh(*mesh))  # the tiny model divides 8
+
+
+def test_batch_rows_and_padding():
+  from transformer_jax import sharding  # pylint: disable=g-import-not-at-top
+  from transformer_jax.config import ConfigError  # pylint: disable=g-import-not-at-top
+  mesh = _fake_mesh(2, 4, 2)
+  sharding.check_batch_rows(16, mesh)
+  with pytest.raises(ConfigError, match="12 rows, not divisible .* mesh.data\\*mesh.fsdp=8"):
+    sharding.check_batch_rows(12, mesh)
+  assert [sharding.padded_rows(n, mesh) for n in (1, 8, 9, 16)] == [8, 8, 16, 16]
+
+
+def test_logical_rules_give_dp_fsdp_and_megatron_tp():
+  import flax.linen as nn  # pylint: disable=g-import-not-at-top
+  from jax.sharding import PartitionSpec as P  # pylint: disable=g-import-not-at-top
+  from transformer_jax import sharding  # pylint: disable=g-import-not-at-top
+
+  def spec(*names, rules=sharding.LOGICAL_RULES):
+    return nn.logical_to_mesh_axes(names, rules)
+
+  # Activations: rows over both data-parallel axes; d_model whole; heads/d_ff/vocab over tensor.
+  assert spec("batch", "length", "embed") == P(("data", "fsdp"), None, None)
+  assert spec("batch", "length", "heads", "kv") == P(("data", "fsdp"), None, "tensor", None)
+  assert spec("batch", "length", "mlp") == P(("data", "fsdp"), None, "tensor")
+  assert spec("batch", "length", "vocab") == P(("data", "fsdp"), None, "tensor")
+  # Parameters: d_model over fsdp (FSDP), Megatron column/row split over tensor.
+  assert spec("embed", "heads", "kv") == P("fsdp", "tensor", None)
+  assert spec("heads", "kv", "embed") == P("tensor", None, "fsdp")
+  assert spec("embed", "mlp") == P("fsdp", "tensor")
+  assert spec("mlp", "embed") == P("tensor", "fsdp")
+  assert spec("vocab", "embed") == P("tensor", "fsdp")
+  # Inference: weights whole along d_model, still split over tensor.
+  assert spec("embed", "mlp", rules=sharding.INFERENCE_RULES) == P(None, "tensor")
+  assert spec("batch", "length", "embed", rules=sharding.INFERENCE_RULES) == P(("data", "fsdp"), None, None)
+
+
+def test_param_shardings_for_inference_match_the_train_state():
+  import jax  # pylint: disable=g-import-not-at-top
+  from transformer_jax import sharding, step as step_lib  # pylint: disable=g-import-not-at-top
+  config = _tiny_config()
+  mesh = sharding.make_mesh(config.mesh, jax.devices()[:1])
+  abstract, shardings = sharding.param_shardings(config, mesh)
+  _, state_sh = step_lib.state_shardings(config, mesh)
+  assert jax.tree.structure(shardings) == jax.tree.structure(state_sh.params)
+  assert _flat(shardings) == _flat(state_sh.params)
+  assert all(a.dtype == np.float32 and a.sharding is not None for a in jax.tree.leaves(abstract))
+  _, inference = sharding.param_shardings(config, mesh, inference=True)
+  assert tuple(_flat(inference)["encoder.layer_0.ffn.wi.kernel"].spec) == (None, "tensor")
+  table = sharding.sharding_table(abstract)
+  assert "['ffn']['wi']['kernel']" in table and "P('fsdp', 'tensor')" in table
+
+
+if __name__ == "__main__":
+  print(json.dumps(worker_main(sys.argv[1])))
