@@ -249,7 +249,12 @@ def _prepare_local(config) -> str:
   logging.info("preparing %s (ArrayRecord) in %s", cfg.name, prepared)
   builder = ParallelText(config=cfg, data_dir=cache_root(config), file_format="array_record")
   tfds.disable_progress_bar()
-  builder.download_and_prepare()
+  try:
+    builder.download_and_prepare()
+  except Exception as e:  # pylint: disable=broad-except
+    if not os.path.isfile(os.path.join(prepared, "dataset_info.json")):  # else: another process won
+      raise DataError(f"cannot prepare {cfg.name} in {prepared}: {type(e).__name__}: "
+                      f"{(str(e).splitlines() or [''])[0][:200]}") from e
   return prepared
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import grain
 import numpy as np
-from absl import logging
+from absl import flags, logging
 
 from transformer_jax.data import batching, token_cache
 from transformer_jax.data.batching import BatchAssembler, TrainPlanner
@@ -52,6 +52,8 @@ class TrainBatchIterator(grain.DatasetIterator):
     ds = grain.MapDataset.source(specs)[self._batch:].map(self._assembler)
     it_ds = ds.to_iter_dataset(self._read_options)
     if self._num_workers > 0:
+      if not flags.FLAGS.is_parsed():  # grain's worker processes read absl flags
+        flags.FLAGS.mark_as_parsed()
       it_ds = it_ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=self._num_workers))
     self._it = iter(it_ds)
     logging.log_every_n(logging.INFO, "train epoch %d: %d batches", 10, self._epoch, len(specs))
