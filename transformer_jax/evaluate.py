@@ -61,6 +61,6 @@ def evaluate_workdir(workdir: str, *, split: str = "test", average: int = 0,
     with open(stem + ".json", "w") as f:
       json.dump(report, f, indent=2)
     print(f"{split} step {step}{f' (average of {average})' if average else ''}: "
-          f"sacreBLEU {report['sacrebleu']['score']:.2f} ({report['sacrebleu']['signature']}), "
-          f"tokenized BLEU {report['tokenized_bleu']['score']:.2f}; wrote {stem}.*", flush=True)
+          f"sacreBLEU {report['sacrebleu']:.2f} ({report['sacrebleu_signature']}), "
+          f"tokenized BLEU {report['tokenized_bleu']:.2f}; wrote {stem}.*", flush=True)
   return report

@@ -74,8 +74,8 @@ def _enable_compilation_cache():
 
 def main(argv):
   from transformer_jax import errors  # pylint: disable=g-import-not-at-top
-  if not flags.FLAGS["verbosity"].present:  # the console shows progress, warnings and errors
-    logging.set_verbosity(logging.WARNING)
+  if not flags.FLAGS["verbosity"].present:  # the console shows progress, our warnings, errors
+    logging.set_verbosity(logging.ERROR)
   try:
     _run(argv)
   except errors.USER_ERRORS as e:

@@ -193,8 +193,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         dev_metrics = evaluate(state.params)
         if t_cfg.eval_bleu_sentences:
           report = _dev_bleu(config, state.params, tok, mesh)
-          dev_metrics["bleu"] = report["sacrebleu"]["score"]
-          dev_metrics["bleu_tokenized"] = report["tokenized_bleu"]["score"]
+          dev_metrics["bleu"] = report["sacrebleu"]
+          dev_metrics["bleu_tokenized"] = report["tokenized_bleu"]
         writer.write(step_num, dev_metrics, "dev")
         _console(bar, f"step {step_num}: dev " + ", ".join(f"{k} {v:.3f}" for k, v in dev_metrics.items()
                                                            if k != "tokens"))
