@@ -22,7 +22,6 @@ import sys
 import tempfile
 import time
 
-import numpy as np
 from absl import logging
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

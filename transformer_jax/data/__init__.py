@@ -2,6 +2,7 @@
 
 Modules, by role:
 
+- ``local_files``: locating and checking aligned local text files (and fetching known ones);
 - ``datasets``: TFDS sources (``wmt14_translate/*`` and a builder for any pair of aligned local
   text files), text cleanup, :func:`datasets.load_split_texts`;
 - ``tokenizer``: the shared SentencePiece vocabulary and the :class:`tokenizer.Tokenizer`;

@@ -19,15 +19,12 @@ HTML entities, whitespace) happens when reading, so it is not baked into the pre
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import hashlib
 import html
+import importlib
 import os
-import shutil
 import socket
-import tempfile
 import urllib.parse
-import urllib.request
 from typing import Any, Iterator
 
 import numpy as np
@@ -35,14 +32,11 @@ import tensorflow_datasets as tfds
 from absl import logging
 
 from transformer_jax.data import DataError
+from transformer_jax.data.local_files import SPLITS, local_split_files, open_lines, scan_pair
 
-SPLITS = ("train", "validation", "test")
 CACHE_DIR_ENV = "TRANSFORMER_JAX_CACHE_DIR"
 _READ_CHUNK = 8192
 
-# Public homes of the local corpora this project uses; only reached when a file is missing.
-MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/{stem}.{lang}.gz"
-SACREBLEU_TEST_SETS = {"newstest2013": "wmt13", "newstest2014": "wmt14/full"}
 
 
 def clean_text(text: str, html_unescape: bool = False) -> str:
@@ -50,124 +44,6 @@ def clean_text(text: str, html_unescape: bool = False) -> str:
   if html_unescape and "&" in text:
     text = html.unescape(text)
   return " ".join(text.split())
-
-
-# ----------------------------------------------------------------------------- local files
-
-
-def _open_lines(path: str) -> Iterator[bytes]:
-  opener = gzip.open if path.endswith(".gz") else open
-  with opener(path, "rb") as f:
-    for line in f:
-      yield line.rstrip(b"\r\n")
-
-
-def scan_pair(source_path: str, target_path: str, skip_bad_utf8: bool) -> tuple[int, list[int]]:
-  """Checks two aligned files: same line count, UTF-8. Returns (lines, skipped 0-based lines)."""
-  n, bad = 0, []
-  src_it, tgt_it = _open_lines(source_path), _open_lines(target_path)
-  try:
-    while True:
-      s, t = next(src_it, None), next(tgt_it, None)
-      if s is None or t is None:
-        if s is None and t is None:
-          return n, bad
-        rest = 1 + sum(1 for _ in (tgt_it if s is None else src_it))
-        n_src, n_tgt = (n, n + rest) if s is None else (n + rest, n)
-        raise DataError(f"line counts differ: {source_path} has {n_src} lines but {target_path} "
-                        f"has {n_tgt}")
-      for path, raw in ((source_path, s), (target_path, t)):
-        try:
-          raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-          if not skip_bad_utf8:
-            raise DataError(f"{path} line {n + 1} is not valid UTF-8 ({e.reason} at byte {e.start});"
-                            " fix the file or set data.skip_bad_utf8=True to skip such pairs") from None
-          bad.append(n)
-          break
-      n += 1
-  except (OSError, EOFError, gzip.BadGzipFile) as e:
-    raise DataError(f"cannot read {source_path} / {target_path}: {e}") from None
-
-
-def _find_file(folder: str, stem: str, lang: str) -> str | None:
-  for name in (f"{stem}.{lang}.gz", f"{stem}.{lang}"):
-    if os.path.isfile(os.path.join(folder, name)):
-      return os.path.join(folder, name)
-  return None
-
-
-def _download(url: str, dest: str) -> None:
-  """Downloads url to dest atomically (temp file + rename)."""
-  os.makedirs(os.path.dirname(dest), exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(dest), prefix=".download-")
-  try:
-    with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=60) as resp:
-      shutil.copyfileobj(resp, out)
-    os.replace(tmp, dest)
-  finally:
-    if os.path.exists(tmp):
-      os.remove(tmp)
-
-
-def _download_known(folder: str, stem: str, lang: str) -> str | None:
-  """Fetches a missing file of a corpus with a public home (Multi30k, WMT test sets)."""
-  corpus = os.path.basename(os.path.normpath(folder))
-  dest = os.path.join(folder, f"{stem}.{lang}.gz")
-  try:
-    if corpus == "multi30k":
-      logging.info("downloading %s", MULTI30K_URL.format(stem=stem, lang=lang))
-      _download(MULTI30K_URL.format(stem=stem, lang=lang), dest)
-      return dest
-    if stem in SACREBLEU_TEST_SETS:
-      from sacrebleu.utils import get_reference_files, get_source_file  # pylint: disable=g-import-not-at-top
-      test_set = SACREBLEU_TEST_SETS[stem]
-      for pair, side in ((f"{lang}-en", "src"), (f"en-{lang}", "ref")):
-        try:
-          path = get_source_file(test_set, pair) if side == "src" else get_reference_files(test_set, pair)[0]
-          break
-        except Exception:  # pylint: disable=broad-except
-          path = None
-      if path is None:
-        return None
-      os.makedirs(folder, exist_ok=True)
-      with open(path, "rb") as src, gzip.open(dest + ".tmp", "wb") as out:
-        shutil.copyfileobj(src, out)
-      os.replace(dest + ".tmp", dest)
-      return dest
-  except Exception as e:  # pylint: disable=broad-except
-    logging.warning("download of %s failed: %s", dest, str(e).splitlines()[0] if str(e) else e)
-  return None
-
-
-def local_split_files(config, split: str) -> tuple[str, str]:
-  """(source path, target path) of one split of a 'local' dataset; DataError when missing."""
-  d = config.data
-  if split not in SPLITS:
-    raise DataError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
-  if not d.local_corpus:
-    raise DataError("config key 'data.local_corpus' is empty; name a folder under data.data_dir "
-                    "(e.g. 'multi30k') for data.dataset='local'")
-  data_dir = os.path.abspath(os.path.expanduser(d.data_dir))
-  if not os.path.isdir(data_dir):
-    raise DataError(f"data folder not found: {data_dir} (set data.data_dir or ${_data_env()})")
-  corpus = d.eval_data_dir if (split != "train" and d.eval_data_dir) else d.local_corpus
-  folder = os.path.join(data_dir, corpus)
-  stem = {"train": d.train_files, "validation": d.eval_files, "test": d.test_files}[split]
-  paths = []
-  for lang in (d.source_lang, d.target_lang):
-    path = _find_file(folder, stem, lang) or _download_known(folder, stem, lang)
-    if path is None:
-      what = "data file" if os.path.isdir(folder) else "data folder"
-      missing = os.path.join(folder, f"{stem}.{lang}[.gz]") if os.path.isdir(folder) else folder
-      raise DataError(f"{what} not found: {missing} ({split} split)")
-    paths.append(path)
-  return paths[0], paths[1]
-
-
-def _data_env() -> str:
-  from transformer_jax.config import DATA_DIR_ENV  # pylint: disable=g-import-not-at-top
-  return DATA_DIR_ENV
 
 
 # ----------------------------------------------------------------------------- TFDS builder
@@ -207,7 +83,7 @@ class ParallelText(tfds.core.GeneratorBasedBuilder):
 
   def _generate_examples(self, source_path: str, target_path: str):
     c = self.builder_config
-    for i, (s, t) in enumerate(zip(_open_lines(source_path), _open_lines(target_path))):
+    for i, (s, t) in enumerate(zip(open_lines(source_path), open_lines(target_path))):
       try:
         example = {c.source_lang: s.decode("utf-8"), c.target_lang: t.decode("utf-8"), "line": i}
       except UnicodeDecodeError:
@@ -279,7 +155,7 @@ def _tfds_catalog_source(config, split: str) -> SplitSource:
     raise DataError(f"data.source_lang/target_lang ({d.source_lang}->{d.target_lang}) do not match "
                     f"the language pair of data.dataset={name!r}")
   if name.startswith("wmt"):
-    import tensorflow_datasets.translate  # pylint: disable=g-import-not-at-top,unused-import # registers wmt*
+    importlib.import_module("tensorflow_datasets.translate")  # registers the wmt* builders
   data_dir = cache_root(config) if d.tfds_data_dir else None
   try:
     builder = tfds.builder(name, data_dir=data_dir, file_format="array_record")
