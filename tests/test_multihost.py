@@ -6,6 +6,9 @@ processes' CPU devices (gloo collectives). Each process loads only its half of e
 batch; the global arrays are assembled with `jax.make_array_from_process_local_data`. The
 result must equal a one-process run over two devices (the same global batches and mesh shape),
 the Orbax checkpoints must be written jointly, and restarting both processes must resume.
+
+The start-up logic itself (`distributed.initialize`: flags, environment, SLURM, Cloud TPU) is
+checked in-process with `jax.distributed.initialize` replaced by a recorder.
 """
 
 import json
@@ -21,7 +24,6 @@ from tests.common import DATA_DIR, requires_data
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-pytestmark = [requires_data, pytest.mark.slow, pytest.mark.multiprocess]
 
 FLAGS = [
     "--config=configs/tiny.py",
@@ -109,6 +111,9 @@ def _assert_params_close(a, b):
     np.testing.assert_allclose(a[key], b[key], rtol=1e-5, atol=1e-6, err_msg=key)
 
 
+@requires_data
+@pytest.mark.slow
+@pytest.mark.multiprocess
 def test_two_processes_train_like_one_and_resume(tmp_path):
   two, one = str(tmp_path / "two_processes"), str(tmp_path / "one_process")
   # The one-process reference (2 devices, 6 steps) runs beside the 2-process run (4 steps).
@@ -133,3 +138,94 @@ def test_two_processes_train_like_one_and_resume(tmp_path):
   assert _steps(two) == [2, 4, 6]
   assert _metrics(two)[6]["loss"] == pytest.approx(_metrics(one)[6]["loss"], rel=1e-5)
   _assert_params_close(_params(two, 6), _params(one, 6))
+
+
+# ----------------------------------------------------------------------------- start-up logic
+
+CLUSTER_ENV = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "SLURM_JOB_ID",
+               "SLURM_STEP_NODELIST", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS",
+               "TPU_WORKER_HOSTNAMES", "MEGASCALE_COORDINATOR_ADDRESS", "TPU_ACCELERATOR_TYPE",
+               "TRANSFORMER_JAX_DISTRIBUTED", "JAX_INITIALIZATION_TIMEOUT")
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+  """Calls of jax.distributed.initialize, recorded instead of made; a clean environment."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from transformer_jax import distributed  # pylint: disable=g-import-not-at-top
+  calls = []
+  for key in CLUSTER_ENV:
+    monkeypatch.delenv(key, raising=False)
+  monkeypatch.setattr(jax.distributed, "is_initialized", lambda: False)
+  monkeypatch.setattr(jax.distributed, "initialize", lambda **kw: calls.append(kw))
+  monkeypatch.setattr(distributed, "on_cloud_tpu_vm",
+                      lambda: bool(os.environ.get("TPU_WORKER_HOSTNAMES")))
+  monkeypatch.setattr(distributed.logging, "info", lambda *a, **k: None)
+  return calls
+
+
+def test_single_process_needs_nothing(recorded):
+  from transformer_jax import distributed  # pylint: disable=g-import-not-at-top
+  distributed.initialize()
+  assert recorded == []
+
+
+def test_explicit_flags_and_environment(recorded, monkeypatch):
+  from transformer_jax import distributed  # pylint: disable=g-import-not-at-top
+  distributed.initialize("10.0.0.1:1234", 4, 3)
+  assert recorded[-1] == {"coordinator_address": "10.0.0.1:1234", "num_processes": 4,
+                          "process_id": 3, "initialization_timeout": 300}
+  monkeypatch.setenv("JAX_COORDINATOR_ADDRESS", "host0:999")
+  monkeypatch.setenv("JAX_NUM_PROCESSES", "2")
+  monkeypatch.setenv("JAX_PROCESS_ID", "1")
+  monkeypatch.setenv("JAX_INITIALIZATION_TIMEOUT", "60")
+  distributed.initialize()
+  assert recorded[-1] == {"coordinator_address": "host0:999", "num_processes": 2,
+                          "process_id": 1, "initialization_timeout": 60}
+  distributed.initialize("host0:999", 1, 0)  # one process: nothing to join
+  assert len(recorded) == 2
+
+
+@pytest.mark.parametrize("args,env,match", [
+    (("h:1", None, 0), {}, "needs all of --coordinator_address, --num_processes and --process_id"),
+    ((None, 2, None), {}, "needs all of"),
+    (("h:1", 2, 2), {}, r"--process_id=2 must be in \[0, 2\)"),
+    (("h:1", 0, 0), {}, "--num_processes=0 must be >= 1"),
+    (("hostonly", 2, 0), {}, "must be host:port"),
+    ((None, None, None), {"JAX_NUM_PROCESSES": "two"}, "JAX_NUM_PROCESSES='two' is not an integer"),
+])
+def test_bad_cluster_settings_are_config_errors(recorded, monkeypatch, args, env, match):
+  from transformer_jax import distributed  # pylint: disable=g-import-not-at-top
+  from transformer_jax.config import ConfigError  # pylint: disable=g-import-not-at-top
+  for key, value in env.items():
+    monkeypatch.setenv(key, value)
+  with pytest.raises(ConfigError, match=match):
+    distributed.initialize(*args)
+  assert recorded == []
+
+
+def test_slurm_and_tpu_are_detected(recorded, monkeypatch):
+  from transformer_jax import distributed  # pylint: disable=g-import-not-at-top
+  slurm = {"SLURM_JOB_ID": "77", "SLURM_STEP_NODELIST": "node[01-02]", "SLURM_PROCID": "1",
+           "SLURM_LOCALID": "0", "SLURM_NTASKS": "2"}
+  for key, value in slurm.items():
+    monkeypatch.setenv(key, value)
+  distributed.initialize()
+  assert recorded == [{"initialization_timeout": 300}]  # jax reads SLURM_* itself
+  monkeypatch.setenv("SLURM_NTASKS", "1")  # the batch script itself, or a 1-task job
+  distributed.initialize()
+  assert len(recorded) == 1
+  monkeypatch.setenv("TPU_WORKER_HOSTNAMES", "w0,w1,w2,w3")
+  distributed.initialize()
+  assert len(recorded) == 2
+  monkeypatch.setenv("TRANSFORMER_JAX_DISTRIBUTED", "0")  # opt out of auto-detection
+  distributed.initialize()
+  assert len(recorded) == 2
+
+
+def test_process_zero_first_single_process():
+  from transformer_jax import distributed  # pylint: disable=g-import-not-at-top
+  order = []
+  assert distributed.process_zero_first("x", lambda: order.append(1) or "done") == "done"
+  distributed.barrier("noop")
+  assert order == [1]
