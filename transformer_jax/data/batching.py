@@ -144,7 +144,7 @@ class TrainPlanner:
       self._rows_cache[epoch] = pack_rows(
           self.src_lengths, self.tgt_lengths, self.example_ids, source_len=self.max_source_len,
           target_len=self.max_target_len, rng=epoch_rng(self.seed, epoch))
-      while len(self._rows_cache) > 3:
+      while len(self._rows_cache) > 2:  # this epoch and the next one
         self._rows_cache.popitem(last=False)
     return self._rows_cache[epoch]
 

@@ -71,22 +71,24 @@ def _ragged(ids_per_example: list[list[int]], eos_id: int) -> tuple[np.ndarray, 
   return flat, np.concatenate([[0], np.cumsum(lengths)])
 
 
-def tokenize_texts(tokenizer, sources: list[str], targets: list[str]) -> TokenizedSplit:
-  """Tokenizes cleaned texts into a TokenizedSplit (no cache)."""
-  src_flat, src_off = _ragged(tokenizer.encode_batch(sources), tokenizer.eos_id)
-  tgt_flat, tgt_off = _ragged(tokenizer.encode_batch(targets), tokenizer.eos_id)
-  return TokenizedSplit(src_flat, src_off, tgt_flat, tgt_off)
+def _concat_ragged(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+  flats = [flat for flat, _ in parts]
+  lengths = [np.diff(offsets) for _, offsets in parts]
+  all_lengths = np.concatenate(lengths) if lengths else np.zeros([0], np.int64)
+  return (np.concatenate(flats) if flats else np.zeros([0], np.int32),
+          np.concatenate([[0], np.cumsum(all_lengths)]).astype(np.int64))
 
 
 def _tokenize_source(config, tokenizer, src: datasets.SplitSource) -> TokenizedSplit:
+  """Tokenizes chunk by chunk into numpy (a WMT-size corpus never sits in Python lists)."""
   src_parts, tgt_parts = [], []
   unescape = config.data.html_unescape
   for s_chunk, t_chunk in datasets.iter_raw_pairs(src):
-    src_parts.extend(tokenizer.encode_batch([datasets.clean_text(s, unescape) for s in s_chunk]))
-    tgt_parts.extend(tokenizer.encode_batch([datasets.clean_text(t, unescape) for t in t_chunk]))
-  src_flat, src_off = _ragged(src_parts, tokenizer.eos_id)
-  tgt_flat, tgt_off = _ragged(tgt_parts, tokenizer.eos_id)
-  return TokenizedSplit(src_flat, src_off, tgt_flat, tgt_off)
+    src_parts.append(_ragged(tokenizer.encode_batch(
+        [datasets.clean_text(s, unescape) for s in s_chunk]), tokenizer.eos_id))
+    tgt_parts.append(_ragged(tokenizer.encode_batch(
+        [datasets.clean_text(t, unescape) for t in t_chunk]), tokenizer.eos_id))
+  return TokenizedSplit(*_concat_ragged(src_parts), *_concat_ragged(tgt_parts))
 
 
 def tokenized_split(config, tokenizer, split: str, use_cache: bool = True) -> TokenizedSplit:
