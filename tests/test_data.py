@@ -284,15 +284,22 @@ def test_packed_row_logits_equal_each_example_alone(config, tok):
                      num_encoder_layers=1, num_decoder_layers=1, max_len=64)
   model = Transformer(mcfg)
   r = {k: jnp.asarray(v[row:row + 1]) for k, v in batch.items()}
-  params = model.init(jax.random.PRNGKey(0), r["inputs"], r["targets"])
-  packed = model.apply(params, r["inputs"], r["targets"], r["inputs_position"], r["targets_position"],
-                       r["inputs_segmentation"], r["targets_segmentation"])
-  for seg in range(1, int(r["inputs_segmentation"].max()) + 1):
-    src = r["inputs"][r["inputs_segmentation"] == seg][None]
-    tmask = np.asarray(r["targets_segmentation"][0] == seg)
-    tgt = r["targets"][0][tmask][None]
-    alone = model.apply(params, src, tgt)
-    np.testing.assert_allclose(np.asarray(packed[0][tmask]), np.asarray(alone[0]), atol=1e-5, rtol=1e-5)
+  params = jax.jit(model.init)(jax.random.PRNGKey(0), r["inputs"], r["targets"])
+  packed = jax.jit(model.apply)(params, r["inputs"], r["targets"], r["inputs_position"],
+                                r["targets_position"], r["inputs_segmentation"], r["targets_segmentation"])
+  # Each example alone, in its own (padded) row: one batch of k rows.
+  k = int(r["inputs_segmentation"].max())
+  src_alone, tgt_alone = np.zeros([k, 64], np.int32), np.zeros([k, 64], np.int32)
+  masks = []
+  for seg in range(1, k + 1):
+    s = np.asarray(r["inputs"][0][r["inputs_segmentation"][0] == seg])
+    masks.append(np.asarray(r["targets_segmentation"][0] == seg))
+    src_alone[seg - 1, :len(s)] = s
+    tgt_alone[seg - 1, :masks[-1].sum()] = np.asarray(r["targets"][0])[masks[-1]]
+  alone = jax.jit(model.apply)(params, src_alone, tgt_alone)
+  for seg, tmask in enumerate(masks):
+    np.testing.assert_allclose(np.asarray(packed[0][tmask]), np.asarray(alone[seg][:tmask.sum()]),
+                               atol=1e-5, rtol=1e-5)
 
 
 # ----------------------------------------------------------------------------- eval batches
