@@ -108,7 +108,7 @@ def _train_two_steps(shape, devices):
       with sharding.mesh_context(mesh):
         compiled = train_fn.jitted.lower(state, gbatch).compile()
       batch_rows = gbatch["inputs"].addressable_shards[0].data.shape[0]
-    state, metrics = train_fn(state, gbatch)
+    state, metrics = compiled(state, gbatch)  # the executable inspected below runs the steps
     losses.append(float(metrics["loss_sum"]))
     grad_norms.append(float(metrics["grad_norm"]))
   eval_fn = step_lib.jit_eval_step(config, mesh, state_sh.params)
@@ -197,9 +197,7 @@ def worker_main(tmpdir: str) -> dict:
 # ----------------------------------------------------------------------------- tests: sharded
 
 
-@pytest.fixture(scope="module")
-def report(tmp_path_factory):
-  tmp = str(tmp_path_factory.mktemp("sharding"))
+def _run_worker(tmp: str) -> dict:
   env = dict(os.environ, JAX_PLATFORMS="cpu",
              XLA_FLAGS=f"--xla_force_host_platform_device_count={NUM_DEVICES}")
   env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
@@ -208,6 +206,21 @@ def report(tmp_path_factory):
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
   assert "Involuntary full rematerialization" not in proc.stderr, proc.stderr[-5000:]
   return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+  """The worker's report, computed once per test session (also across pytest-xdist workers)."""
+  import fcntl  # pylint: disable=g-import-not-at-top
+  base = tmp_path_factory.getbasetemp()
+  if os.environ.get("PYTEST_XDIST_WORKER"):
+    base = base.parent  # shared by this session's xdist workers
+  cached = base / "sharding_report.json"
+  with open(base / "sharding_report.lock", "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if not cached.exists():
+      cached.write_text(json.dumps(_run_worker(str(tmp_path_factory.mktemp("sharding")))))
+  return json.loads(cached.read_text())
 
 
 @pytest.mark.parametrize("name", list(MESHES))
