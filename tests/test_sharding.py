@@ -181,6 +181,28 @@ def _bad_input_report(tmpdir):
   return out
 
 
+def _decode_report(params, devices) -> dict:
+  """Beam search with parameters placed by `param_shardings(inference=True)` on the 2x2x2 mesh
+  (traced under INFERENCE_RULES) against one device: the same tokens and scores."""
+  import functools  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  from transformer_jax import decode, sharding  # pylint: disable=g-import-not-at-top
+  from transformer_jax.config import ModelConfig  # pylint: disable=g-import-not-at-top
+  config = _tiny_config(MESHES["mixed222"])
+  search = functools.partial(decode.beam_decode, ModelConfig.from_config(config.model),
+                             beam_size=2, max_extra_len=5)
+  inputs = _batches(1)[0]["inputs"]
+  ref = jax.jit(search)(jax.device_put(params, devices[0]), inputs)
+  mesh = sharding.make_mesh(config.mesh, devices)
+  _, params_sh = sharding.param_shardings(config, mesh, inference=True)
+  fn = jax.jit(search, in_shardings=(params_sh, sharding.logical_sharding(mesh, ("batch", "length"))))
+  with sharding.mesh_context(mesh, sharding.INFERENCE_RULES):
+    out = fn(jax.device_put(params, params_sh), inputs)
+  return {"same_tokens": bool(np.array_equal(np.asarray(out[0]), np.asarray(ref[0]))),
+          "max_score_diff": float(np.max(np.abs(np.asarray(out[1]) - np.asarray(ref[1])))),
+          "wi_spec": _spec(params_sh["encoder"]["layer_0"]["ffn"]["wi"]["kernel"])}
+
+
 def worker_main(tmpdir: str) -> dict:
   import jax  # pylint: disable=g-import-not-at-top
   assert jax.device_count() == NUM_DEVICES, jax.devices()
@@ -190,6 +212,7 @@ def worker_main(tmpdir: str) -> dict:
                "losses": losses, "grad_norms": grad_norms, "eval_nll": eval_nll}
   report = {"meshes": {name: _report_mesh(name, shape, devices, reference)
                        for name, shape in MESHES.items()}}
+  report["decode"] = _decode_report(jax.tree.map(np.asarray, state.params), devices)
   report["bad_inputs"] = _bad_input_report(tmpdir)
   return report
 
@@ -254,6 +277,13 @@ def test_parameters_and_adam_moments_are_really_sharded(report, name):
   ideal = 1 / (fsdp * tensor)
   assert ideal <= share < ideal + 0.1, (share, ideal)
   assert r["batch_rows_per_device"] == 8 // (data * fsdp)
+
+
+def test_beam_search_with_inference_shardings_matches_one_device(report):
+  r = report["decode"]
+  assert r["wi_spec"] == [None, "tensor"]  # weights whole along d_model, split over tensor
+  assert r["same_tokens"]
+  assert r["max_score_diff"] < 1e-5
 
 
 @pytest.mark.parametrize("case", ["mesh_product", "tensor_vs_heads", "tensor_vs_d_ff", "batch_rows"])
