@@ -114,10 +114,11 @@ def main():
   logging.set_verbosity(logging.WARNING)
   if hasattr(os, "sched_setaffinity"):
     os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core
-  results = {"command": "python experiments/bench_data.py " + " ".join(sys.argv[1:]),
+  results = {"command": " ".join(["python experiments/bench_data.py"] + sys.argv[1:]),
              "date": datetime.datetime.now().isoformat(timespec="seconds"),
              "machine": f"{platform.machine()}, {os.cpu_count()} cores visible, pinned to 1; "
                         f"{platform.processor() or platform.platform()}",
+             "load_average_at_start": round(os.getloadavg()[0], 2),
              "python": platform.python_version(), "corpora": {}}
   with tempfile.TemporaryDirectory() as tmp:
     for name in args.corpora.split(","):
@@ -155,6 +156,8 @@ def main():
 def markdown(results: dict) -> str:
   lines = ["# Input pipeline: padding and throughput", "",
            f"Command: `TRANSFORMER_JAX_DATA_DIR=../shared/data {results['command'].strip()}`  ",
+           f"Machine: {results['machine']} (load average {results['load_average_at_start']} at "
+           "start: other jobs shared the machine)  " if results["load_average_at_start"] > 1.0 else
            f"Machine: {results['machine']}  ", f"Date: {results['date']}", "",
            "Real share = non-pad tokens / all tokens of the batches (padding and empty rows "
            "included), over one epoch of the train iterator. Throughput: the train iterator on one "
