@@ -16,7 +16,9 @@ How and why it differs from the paper's base model:
   a base-size model would get through ~2 epochs in an hour and overfit the small corpus.
 - vocabulary: 8000 shared BPE pieces (paper: 37000 for 4.5M pairs); the corpus has ~10k
   distinct words per language.
-- batches: ~4096 source + ~4096 target tokens (paper: 25000 each): more updates per hour.
+- batches: ~4096 source + ~4096 target tokens (paper: 25000 each): more updates per hour;
+  packed (several sentence pairs per 100-token row, attention kept within each pair) rather
+  than length-bucketed: one batch shape to compile and ~95% real tokens instead of ~75%.
 - warmup 1000 steps (paper 4000) with scale 1.5: the run is ~2500 steps, not 100k.
 - dropout 0.2 (paper 0.1 for base) on the residuals, plus 0.1 attention dropout: 29k pairs
   overfit quickly.
@@ -40,6 +42,7 @@ def get_config(variant: str = ""):
   d.html_unescape = True              # train.en holds &amp; and similar entities
   d.max_source_len = d.max_target_len = 100
   d.tokens_per_batch = 4096
+  d.batch_mode = "pack"               # one batch shape (one compile), ~95% real tokens
   d.eval_batch_size = 64
   m = c.model
   m.vocab_size = 8000
@@ -58,6 +61,7 @@ def get_config(variant: str = ""):
   t.checkpoint_every_steps = 100_000
   t.checkpoint_every_minutes = 5.0
   t.keep_checkpoints = 20
+  t.dropout_rng_impl = "rbg"          # ~20% faster train step on this CPU (one device)
   c.decode.batch_size = 64
   if variant == "short":
     t.max_train_minutes = 3.0

@@ -99,7 +99,8 @@ def train_step(state: TrainState, batch, *, config: ml_collections.ConfigDict) -
   """One micro-batch: gradients of the token-summed loss; an Adam update every A micro-batches."""
   model = Transformer(ModelConfig.from_config(config.model))
   tx = make_optimizer(config)
-  dropout_rng = jax.random.fold_in(jax.random.key(config.seed + 1), state.micro_step)
+  base_key = jax.random.key(config.seed + 1, impl=config.train.dropout_rng_impl)
+  dropout_rng = jax.random.fold_in(base_key, state.micro_step)
   grad_fn = jax.value_and_grad(_loss_and_metrics, has_aux=True)
   (_, metrics), grads = grad_fn(state.params, model, batch, config.train.label_smoothing,
                                 False, {"dropout": dropout_rng})
