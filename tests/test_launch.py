@@ -57,14 +57,16 @@ def test_tpu_vm_dry_run_prints_the_whole_lifecycle(stub_env):
                     "--version=v2-alpha-tpuv5-lite --spot")
   assert archive.startswith(f"git -C {REPO} archive --format=tar.gz --output=")
   assert scp.startswith("gcloud compute tpus tpu-vm scp ") and "--worker=all" in scp
-  assert "--worker=all" in setup and "pip install -q -e ~/transformer_jax 'jax[tpu]'" in setup.replace("'\\''", "'")
+  assert "--worker=all" in setup
+  assert "pip install -q -e ~/transformer_jax 'jax[tpu]'" in setup.replace("'\\''", "'")
   assert "sudo mount -t nfs -o rw,hard 10.1.2.3:/share /mnt/shared" in setup
   assert train.startswith("gcloud compute tpus tpu-vm ssh transformer-jax-tester "
                           "--zone=europe-west4-b --worker=all '--command=")
   assert ("python3 -m transformer_jax.main --config=configs/tpu.py:big "
           "--workdir=/mnt/shared/runs/big --config.train.num_steps=10") in train
   assert "export TRANSFORMER_JAX_DATA_DIR=/mnt/shared/data" in train
-  assert delete == "gcloud compute tpus tpu-vm delete transformer-jax-tester --zone=europe-west4-b --quiet"
+  assert delete == ("gcloud compute tpus tpu-vm delete transformer-jax-tester "
+                    "--zone=europe-west4-b --quiet")
   assert not calls.exists(), calls.read_text()
 
 

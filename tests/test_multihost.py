@@ -60,7 +60,8 @@ def _start(workdir, steps, *, devices, cluster=None):
   cmd = [sys.executable, "-m", "transformer_jax.main", f"--workdir={workdir}", *FLAGS,
          f"--config.train.num_steps={steps}"]
   if cluster:
-    cmd += [f"--coordinator_address={cluster[0]}", "--num_processes=2", f"--process_id={cluster[1]}"]
+    address, index = cluster
+    cmd += [f"--coordinator_address={address}", "--num_processes=2", f"--process_id={index}"]
   return subprocess.Popen(cmd, cwd=REPO, env=_env(devices), stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True)
 

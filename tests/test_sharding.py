@@ -21,7 +21,7 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NUM_DEVICES = 8
 MESHES = {"data8": (8, 1, 1), "fsdp8": (1, 8, 1), "tensor8": (1, 1, 8), "mixed222": (2, 2, 2)}
-# Kernel path -> expected PartitionSpec (as a tuple of str/None) of the parameter and its Adam moments.
+# Parameter path -> expected PartitionSpec of the parameter and of its Adam moments.
 EXPECTED_SPECS = {
     "shared_embedding.embedding": ("tensor", "fsdp"),
     "encoder.layer_0.self_attention.query": ("fsdp", "tensor", None),
@@ -92,14 +92,20 @@ def _spec(sharding) -> list:
   return spec
 
 
-def _train_two_steps(shape, devices):
+def _train_two_steps(shape, devices, initial_state=None):
+  """Two train steps (and one eval) on a mesh: from `create_state` (the state initialised
+  directly sharded) or, to save an init compilation, from `initial_state` placed on the mesh."""
   import jax  # pylint: disable=g-import-not-at-top
   from transformer_jax import sharding, step as step_lib  # pylint: disable=g-import-not-at-top
   config = _tiny_config(shape)
   mesh = sharding.make_mesh(config.mesh, devices)
   sharding.check_divisibility(config, mesh)
   _, state_sh = step_lib.state_shardings(config, mesh)
-  state = step_lib.create_state(config, mesh)
+  if initial_state is None:
+    state = step_lib.create_state(config, mesh)
+  else:
+    state = jax.device_put(initial_state, state_sh)
+  initial = jax.tree.map(np.asarray, state)
   train_fn = step_lib.jit_train_step(config, mesh, state_sh)
   losses, grad_norms, compiled = [], [], None
   for batch in _batches():
@@ -113,12 +119,17 @@ def _train_two_steps(shape, devices):
     grad_norms.append(float(metrics["grad_norm"]))
   eval_fn = step_lib.jit_eval_step(config, mesh, state_sh.params)
   eval_nll = float(eval_fn(state.params, sharding.global_batch(mesh, _batches()[0]))["nll_sum"])
-  return mesh, state, compiled, (losses, grad_norms), eval_nll, batch_rows
+  return mesh, state, compiled, (losses, grad_norms), eval_nll, batch_rows, initial
 
 
 def _report_mesh(name, shape, devices, reference):
   import jax  # pylint: disable=g-import-not-at-top
-  mesh, state, compiled, (losses, grad_norms), eval_nll, batch_rows = _train_two_steps(shape, devices)
+  # The mixed mesh creates its state sharded (and must match the one-device initialisation).
+  start = None if name == "mixed222" else reference["initial_state"]
+  mesh, state, compiled, (losses, grad_norms), eval_nll, batch_rows, initial = _train_two_steps(
+      shape, devices, start)
+  init_diff = max(float(np.max(np.abs(a - b))) for a, b in zip(
+      jax.tree.leaves(initial.params), jax.tree.leaves(reference["initial_state"].params)))
   params = _flat(state.params)
   ref_params = reference["params"]
   max_diff = max(float(np.max(np.abs(np.asarray(params[k]) - ref_params[k]))) for k in params)
@@ -143,7 +154,8 @@ def _report_mesh(name, shape, devices, reference):
   return {"mesh": dict(mesh.shape), "losses": losses, "grad_norms": grad_norms,
           "eval_nll": eval_nll, "ref_losses": reference["losses"],
           "ref_grad_norms": reference["grad_norms"], "ref_eval_nll": reference["eval_nll"],
-          "max_param_diff": max_diff, "leaves": leaves, "state_bytes": total,
+          "max_param_diff": max_diff, "max_init_diff": init_diff, "leaves": leaves,
+          "state_bytes": total,
           "state_bytes_device0": on_dev0, "batch_rows_per_device": batch_rows}
 
 
@@ -195,7 +207,8 @@ def _decode_report(params, devices) -> dict:
   ref = jax.jit(search)(jax.device_put(params, devices[0]), inputs)
   mesh = sharding.make_mesh(config.mesh, devices)
   _, params_sh = sharding.param_shardings(config, mesh, inference=True)
-  fn = jax.jit(search, in_shardings=(params_sh, sharding.logical_sharding(mesh, ("batch", "length"))))
+  inputs_sh = sharding.logical_sharding(mesh, ("batch", "length"))
+  fn = jax.jit(search, in_shardings=(params_sh, inputs_sh))
   with sharding.mesh_context(mesh, sharding.INFERENCE_RULES):
     out = fn(jax.device_put(params, params_sh), inputs)
   return {"same_tokens": bool(np.array_equal(np.asarray(out[0]), np.asarray(ref[0]))),
@@ -207,9 +220,10 @@ def worker_main(tmpdir: str) -> dict:
   import jax  # pylint: disable=g-import-not-at-top
   assert jax.device_count() == NUM_DEVICES, jax.devices()
   devices = jax.devices()
-  _, state, _, (losses, grad_norms), eval_nll, _ = _train_two_steps((1, 1, 1), devices[:1])
+  _, state, _, (losses, grad_norms), eval_nll, _, initial = _train_two_steps((1, 1, 1), devices[:1])
   reference = {"params": {k: np.asarray(v) for k, v in _flat(state.params).items()},
-               "losses": losses, "grad_norms": grad_norms, "eval_nll": eval_nll}
+               "losses": losses, "grad_norms": grad_norms, "eval_nll": eval_nll,
+               "initial_state": initial}
   report = {"meshes": {name: _report_mesh(name, shape, devices, reference)
                        for name, shape in MESHES.items()}}
   report["decode"] = _decode_report(jax.tree.map(np.asarray, state.params), devices)
@@ -254,6 +268,7 @@ def test_same_losses_and_params_as_one_device(report, name):
   np.testing.assert_allclose(r["grad_norms"], r["ref_grad_norms"], rtol=1e-5)
   assert r["eval_nll"] == pytest.approx(r["ref_eval_nll"], rel=1e-5)
   assert r["max_param_diff"] < 1e-5
+  assert r["max_init_diff"] == 0.0  # create_state on 2x2x2 draws the one-device initialisation
   assert r["losses"][1] != r["losses"][0]  # the second step saw updated parameters
 
 
@@ -286,7 +301,8 @@ def test_beam_search_with_inference_shardings_matches_one_device(report):
   assert r["max_score_diff"] < 1e-5
 
 
-@pytest.mark.parametrize("case", ["mesh_product", "tensor_vs_heads", "tensor_vs_d_ff", "batch_rows"])
+@pytest.mark.parametrize("case", [
+    "mesh_product", "tensor_vs_heads", "tensor_vs_d_ff", "batch_rows"])
 def test_bad_inputs_fail_with_config_error_before_compiling(report, case):
   message, compiles = report["bad_inputs"][case]
   assert message.startswith("ConfigError: "), message
@@ -328,10 +344,12 @@ def test_mesh_shape_errors(mesh, devices, match):
 
 
 @pytest.mark.parametrize("change,mesh,match", [
-    ({"num_heads": 6}, (1, 1, 4), "'model.num_heads'=6 is not divisible by the tensor-parallel size mesh.tensor=4"),
+    ({"num_heads": 6}, (1, 1, 4),
+     "'model.num_heads'=6 is not divisible by the tensor-parallel size mesh.tensor=4"),
     ({"d_ff": 100}, (1, 1, 8), "'model.d_ff'=100"),
     ({"vocab_size": 1001}, (1, 1, 2), "'model.vocab_size'=1001"),
-    ({"d_model": 36}, (1, 8, 1), "'model.d_model'=36 is not divisible by the FSDP size mesh.fsdp=8")])
+    ({"d_model": 36}, (1, 8, 1),
+     "'model.d_model'=36 is not divisible by the FSDP size mesh.fsdp=8")])
 def test_divisibility_errors(change, mesh, match):
   from transformer_jax import sharding  # pylint: disable=g-import-not-at-top
   from transformer_jax.config import ConfigError  # pylint: disable=g-import-not-at-top
@@ -374,7 +392,37 @@ def test_logical_rules_give_dp_fsdp_and_megatron_tp():
   assert spec("vocab", "embed") == P("tensor", "fsdp")
   # Inference: weights whole along d_model, still split over tensor.
   assert spec("embed", "mlp", rules=sharding.INFERENCE_RULES) == P(None, "tensor")
-  assert spec("batch", "length", "embed", rules=sharding.INFERENCE_RULES) == P(("data", "fsdp"), None, None)
+  assert (spec("batch", "length", "embed", rules=sharding.INFERENCE_RULES)
+          == P(("data", "fsdp"), None, None))
+
+
+@pytest.mark.parametrize("pe_type,tie", [("sinusoidal", True), ("learned", False)])
+def test_every_parameter_has_logical_axis_names(pe_type, tie):
+  import flax.linen as nn  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  from transformer_jax import sharding  # pylint: disable=g-import-not-at-top
+  from transformer_jax.config import ModelConfig  # pylint: disable=g-import-not-at-top
+  config = _tiny_config()
+  config.model.pe_type, config.model.tie_embeddings = pe_type, tie
+  model_cfg = ModelConfig.from_config(config.model)
+  boxed = sharding._abstract_params(model_cfg)  # pylint: disable=protected-access
+  leaves = jax.tree.leaves(boxed, is_leaf=lambda x: isinstance(x, nn.LogicallyPartitioned))
+  assert len(leaves) > 20
+  known = {name for name, _ in sharding.LOGICAL_RULES}
+  for leaf in leaves:
+    assert isinstance(leaf, nn.LogicallyPartitioned), leaf
+    assert len(leaf.names) == leaf.value.ndim and set(leaf.names) <= known, leaf.names
+
+
+def test_make_mesh_on_this_machine():
+  import jax  # pylint: disable=g-import-not-at-top
+  from jax.sharding import AxisType  # pylint: disable=g-import-not-at-top
+  from transformer_jax import sharding  # pylint: disable=g-import-not-at-top
+  mesh = sharding.make_mesh(_tiny_config((-1, 1, 1)).mesh)
+  assert mesh.axis_names == ("data", "fsdp", "tensor")
+  assert mesh.shape["data"] == jax.device_count() and mesh.devices.size == jax.device_count()
+  assert all(t == AxisType.Auto for t in mesh.axis_types)  # flax's constraints need Auto axes
+  assert sharding.describe(mesh).startswith(f"data={jax.device_count()} fsdp=1 tensor=1")
 
 
 def test_param_shardings_for_inference_match_the_train_state():

@@ -106,14 +106,22 @@ def make_mesh(mesh_config: ml_collections.ConfigDict, devices=None) -> Mesh:
   if slices > 1:
     device_array = _hybrid_device_array(shape, slices, devices)
   else:
-    try:
-      device_array = mesh_utils.create_device_mesh(shape, devices=devices,
-                                                   allow_split_physical_axes=True)
-    except (ValueError, NotImplementedError, AssertionError) as e:
-      logging.warning("no topology-aware device order for mesh %s (%s); using enumeration order",
-                      shape, e)
-      device_array = np.asarray(devices).reshape(shape)
+    device_array = _device_array(shape, devices)
   return Mesh(device_array, MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES))
+
+
+def _device_array(shape, devices) -> np.ndarray:
+  """Topology-aware order; a logical axis may span part of a physical one only if it must."""
+  error = None
+  for allow_split in (False, True):
+    try:
+      return mesh_utils.create_device_mesh(shape, devices=devices,
+                                           allow_split_physical_axes=allow_split)
+    except (ValueError, NotImplementedError, AssertionError) as e:
+      error = e
+  logging.warning("no topology-aware device order for mesh %s (%s); using enumeration order",
+                  shape, error)
+  return np.asarray(devices).reshape(shape)
 
 
 def _hybrid_device_array(shape, slices: int, devices) -> np.ndarray:
