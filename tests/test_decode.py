@@ -44,17 +44,24 @@ def init_params(cfg: ModelConfig, seed=0, scale=1.0):
   return jax.tree_util.tree_map(lambda p: p * scale, params)
 
 
-def sequence_logprobs(cfg, params, inputs_1xS, seqs):
-  """Teacher-forced log P(y) of EOS-terminated token lists (no cache), for one source."""
-  width = max(len(s) for s in seqs)
-  targets_NxT = np.zeros((len(seqs), width), np.int32)
+def pad_targets(seqs, rows_multiple=32, width=16) -> np.ndarray:
+  """Token lists -> int32 [N', 16], N' rounded up, so the scorer compiles once per config."""
+  rows = -(-len(seqs) // rows_multiple) * rows_multiple
+  targets_NxT = np.zeros((rows, width), np.int32)
+  targets_NxT[len(seqs):, 0] = EOS
   for i, s in enumerate(seqs):
     targets_NxT[i, :len(s)] = s
-  inputs_NxS = jnp.repeat(jnp.asarray(inputs_1xS), len(seqs), axis=0)
+  return targets_NxT
+
+
+def sequence_logprobs(cfg, params, inputs_1xS, seqs):
+  """Teacher-forced log P(y) of EOS-terminated token lists (no cache), for one source."""
+  targets_NxT = pad_targets(seqs)
+  inputs_NxS = jnp.repeat(jnp.asarray(inputs_1xS), len(targets_NxT), axis=0)
   logits_NxTxV = teacher_forced(cfg)(params, inputs_NxS, jnp.asarray(targets_NxT))
   logprobs_NxTxV = np.asarray(jax.nn.log_softmax(logits_NxTxV, axis=-1), np.float64)
   token_NxT = np.take_along_axis(logprobs_NxTxV, targets_NxT[:, :, None], axis=2)[:, :, 0]
-  return np.sum(np.where(targets_NxT != 0, token_NxT, 0.0), axis=1)
+  return np.sum(np.where(targets_NxT != 0, token_NxT, 0.0), axis=1)[:len(seqs)]
 
 
 def lp(n, alpha):
@@ -82,9 +89,12 @@ def test_cached_decoding_matches_teacher_forcing(impl):
   full_BxTxV = teacher_forced(cfg)(params, inputs_BxS, targets_BxT)
 
   buffer = 9  # longer than the targets: unused cache slots must stay masked
-  encoded_BxSxD = jax.jit(decode.encode, static_argnums=0)(cfg, params, inputs_BxS)
-  cache = jax.jit(decode.init_cache, static_argnums=(0, 4))(cfg, params, encoded_BxSxD,
-                                                           inputs_BxS, buffer)
+  @jax.jit
+  def encode_and_init_cache(params, inputs_BxS):
+    encoded_BxSxD = decode.encode(cfg, params, inputs_BxS)
+    return encoded_BxSxD, decode.init_cache(cfg, params, encoded_BxSxD, inputs_BxS, buffer)
+
+  encoded_BxSxD, cache = encode_and_init_cache(params, inputs_BxS)
   step_fn = jax.jit(decode.make_step_fn(cfg, params, encoded_BxSxD, inputs_BxS, buffer))
   decoder_inputs_BxT = jnp.pad(targets_BxT, ((0, 0), (1, 0)))[:, :-1]
   steps = []
@@ -232,7 +242,7 @@ def test_greedy_matches_beam_size_one():
     np.testing.assert_allclose(greedy_logp_B[b], logp, atol=1e-5)
     # Candidates: the greedy output, and greedy prefix + EOS wherever EOS ranked second.
     best_seq, best = g, logp
-    targets = jnp.asarray([g])
+    targets = jnp.asarray(pad_targets([g], rows_multiple=1))
     logits = teacher_forced(cfg)(params, inputs_BxS[b:b + 1], targets)[0]
     logprobs_TxV = np.asarray(jax.nn.log_softmax(logits, axis=-1), np.float64)
     prefix_logp = 0.0
@@ -292,8 +302,8 @@ def test_batch_entries_are_independent():
   greedy = decode.jitted_greedy_decode(cfg, 4)
   seqs_BxKxL, scores_BxK, _ = beam(params, batch_BxS)
   greedy_BxL, greedy_logp_B = greedy(params, batch_BxS)
-  for b, s in enumerate(sentences):
-    alone_1xS = jnp.asarray([s], jnp.int32)  # own width, so a different buffer length too
+  for b in (0, 1):  # the longest and the shortest, decoded alone
+    alone_1xS = jnp.asarray([sentences[b]], jnp.int32)  # own width: another buffer length too
     seqs_1xKxL, scores_1xK, _ = beam(params, alone_1xS)
     for j in range(3):
       assert trim(seqs_1xKxL[0, j]) == trim(seqs_BxKxL[b, j])
