@@ -122,6 +122,8 @@ def _quarantine(manager: ocp.CheckpointManager, step: int, error: Exception) -> 
         f"moved aside to {dst}; resuming from the previous one", flush=True)
   if jax.process_index() == 0 and os.path.isdir(src):
     os.rename(src, dst)
+  from transformer_jax import distributed  # pylint: disable=g-import-not-at-top
+  distributed.barrier(f"quarantine_{step}")  # every process sees the rename before reloading
   manager.reload()
 
 

@@ -1,10 +1,11 @@
 """Translation with the trained model: encode once, then beam or greedy search over the KV cache.
 
 Pure functions (`beam_decode`, `greedy_decode`) take (params, inputs) and can be jitted by a
-caller with its own in/out shardings (run them under the mesh and `nn.logical_axis_rules` for
-the model's logical constraints to apply); `translate_batch` and `greedy_batch` are the
-convenience entry points that jit once per (model config, search settings) and let jax cache
-one executable per input shape (so pad batches to a few fixed shapes).
+caller with its own in/out shardings (trace them under
+`sharding.mesh_context(mesh, sharding.INFERENCE_RULES)` so the model's logical constraints
+apply); `translate_batch` and `greedy_batch` are the convenience entry points that jit once per
+(model config, search settings) and let jax cache one executable per input shape (so pad
+batches to a few fixed shapes).
 
 Output length limit (paper §6.1: "input length + 50"): sentence b may emit at most
 `len_b + max_extra_len` tokens including EOS, where len_b counts its non-padding source tokens;

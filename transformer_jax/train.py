@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import os
 import signal
+import socket
 import time
 
 import jax
@@ -36,7 +37,7 @@ def prepare_workdir(workdir: str) -> str:
   workdir = os.path.abspath(os.path.expanduser(workdir))
   try:
     os.makedirs(workdir, exist_ok=True)
-    probe = os.path.join(workdir, f".write_test_{os.getpid()}")
+    probe = os.path.join(workdir, f".write_test_{socket.gethostname()}_{os.getpid()}")
     with open(probe, "w") as f:
       f.write("ok")
     os.remove(probe)
