@@ -109,7 +109,7 @@ def train_step(state: TrainState, batch, *, config: ml_collections.ConfigDict) -
   def apply(grad_sum, token_sum):
     mean_grads = jax.tree.map(lambda g: g / jnp.maximum(token_sum, 1.0), grad_sum)
     updates, opt_state = tx.update(mean_grads, state.opt_state, state.params)
-    return optax.apply_updates(state.params, updates), opt_state, optax.global_norm(mean_grads)
+    return optax.apply_updates(state.params, updates), opt_state, optax.tree.norm(mean_grads)
 
   lr = make_schedule(config)(state.step)
   if config.train.grad_accum_steps == 1:

@@ -1,0 +1,75 @@
+"""The jitted train step: gradient accumulation is exact, dropout depends on (seed, step) only."""
+
+import jax
+import numpy as np
+
+from configs import tiny
+from transformer_jax import sharding, step
+
+
+def _config(accum=1, dropout=0.0):
+  c = tiny.get_config()
+  c.model.vocab_size = 64
+  c.model.d_model, c.model.d_ff, c.model.num_heads, c.model.d_k, c.model.d_v = 32, 64, 2, 16, 16
+  c.model.num_encoder_layers = c.model.num_decoder_layers = 1
+  c.model.dropout_rate = dropout
+  c.train.grad_accum_steps = accum
+  return c
+
+
+def _batch(rng, rows, length=12):
+  ids = rng.integers(3, 64, (rows, length)).astype(np.int32)
+  ids[:, -3:] = 0  # some padding, so token weighting matters
+  ids[0, 5:] = 0
+  seg = (ids != 0).astype(np.int32)
+  pos = np.where(seg, np.arange(length), 0).astype(np.int32)
+  return {"inputs": ids, "targets": ids[:, ::-1].copy(), "inputs_segmentation": seg,
+          "targets_segmentation": (ids[:, ::-1] != 0).astype(np.int32),
+          "inputs_position": pos, "targets_position": pos[:, ::-1].copy()}
+
+
+def _run(config, batches):
+  mesh = sharding.make_mesh(config.mesh)
+  state = step.create_state(config, mesh)
+  _, sh = step.state_shardings(config, mesh)
+  fn = step.jit_train_step(config, mesh, sh)
+  for b in batches:
+    state, metrics = fn(state, sharding.global_batch(mesh, b))
+  return state, metrics
+
+
+def test_two_accumulated_micro_batches_equal_one_big_batch():
+  rng = np.random.default_rng(0)
+  b1, b2 = _batch(rng, 4), _batch(rng, 4)
+  b2["targets"][1, 2:] = 0  # the micro-batches hold different token counts
+  b2["targets_segmentation"][1, 2:] = 0
+  big = {k: np.concatenate([b1[k], b2[k]]) for k in b1}
+  acc_state, _ = _run(_config(accum=2), [b1, b2])
+  one_state, _ = _run(_config(accum=1), [big])
+  assert int(acc_state.step) == int(one_state.step) == 1
+  for a, b in zip(jax.tree.leaves(acc_state.params), jax.tree.leaves(one_state.params)):
+    np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6)
+
+
+def test_accumulation_applies_no_update_before_the_last_micro_batch():
+  rng = np.random.default_rng(1)
+  config = _config(accum=3)
+  mesh = sharding.make_mesh(config.mesh)
+  init = step.create_state(config, mesh)
+  init_params = jax.tree.map(np.asarray, init.params)
+  state, _ = _run(config, [_batch(rng, 4), _batch(rng, 4)])
+  assert int(state.step) == 0 and int(state.micro_step) == 2
+  for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(init_params)):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_dropout_is_a_function_of_seed_and_step():
+  rng = np.random.default_rng(2)
+  batches = [_batch(rng, 4) for _ in range(2)]
+  s1, m1 = _run(_config(dropout=0.3), batches)
+  s2, m2 = _run(_config(dropout=0.3), batches)
+  assert float(m1["loss_sum"]) == float(m2["loss_sum"])
+  for a, b in zip(jax.tree.leaves(s1.params), jax.tree.leaves(s2.params)):
+    np.testing.assert_array_equal(a, b)
+  s3, m3 = _run(_config(dropout=0.0), batches)
+  assert float(m3["loss_sum"]) != float(m1["loss_sum"])
