@@ -1,0 +1,100 @@
+"""The benchmark CLI on tiny shapes (one train step, a two-sentence decode, a short data read):
+the JSON schema and the markdown report."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from transformer_jax import bench, metrics
+from transformer_jax.config import ModelConfig
+
+from tests.common import DATA_DIR
+
+
+def _number(x):
+  return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory):
+  out = tmp_path_factory.mktemp("bench") / "bench"
+  argv = ["--train=tiny:2x16", "--steps=1", "--warmup=0", "--peak_n=128",
+          "--override=train.dropout_rng_impl=rbg",
+          "--decode_config=tiny", "--decode_data=random", "--decode_sentences=2",
+          "--decode_batch=2", "--decode_positions=5,20", "--decode_repeats=1",
+          "--data=multi30k:pack@1024", "--data_seconds=0.2", f"--out={out}"]
+  r = bench.main(argv)
+  return r, out
+
+
+def test_json_schema(result):
+  r, out = result
+  with open(str(out) + ".json") as f:
+    saved = json.load(f)
+  assert saved == json.loads(json.dumps(r))
+  assert saved["schema_version"] == bench.SCHEMA_VERSION
+  assert saved["parts"] == ["train", "decode", "data"]
+  for key in ("date", "command", "machine", "load_before", "load_after", "idle", "peak"):
+    assert key in saved, key
+  assert saved["command"].startswith("python -m transformer_jax.bench --train=tiny")
+  assert saved["machine"]["cores"] >= 1 and saved["machine"]["backend"] == "cpu"
+  assert _number(saved["peak"]["flops_per_s"]) and saved["peak"]["dtype"] == "float32"
+
+  assert [e["batch"]["shape"] for e in saved["train"]] == ["2x16"]
+  for e in saved["train"]:
+    assert e["name"] == "tiny" and e["overrides"] == {"train.dropout_rng_impl": "rbg"}
+    assert e["dropout_rng_impl"] == "rbg"
+    assert len(e["step_s"]["samples"]) == 1 and e["step_s"]["median"] > 0
+    for key in ("compile_s", "target_tokens_per_s", "model_flops_per_s", "mfu",
+                "model_flops_per_step", "xla_flops_per_step"):
+      assert _number(e[key]) and e[key] > 0, key
+    rows, length = e["batch"]["rows"], e["batch"]["target_len"]
+    assert e["target_tokens_per_step"] == rows * length   # synthetic rows are full
+    cfg = ModelConfig.from_config(bench.train_config("tiny")[0].model)
+    assert e["model_flops_per_step"] == metrics.train_flops(cfg, rows, length, length)
+    assert e["mfu"] == pytest.approx(e["model_flops_per_s"] / saved["peak"]["flops_per_s"])
+    assert e["memory"]["process_peak_rss_bytes"] > 0 and e["memory"]["temp_bytes"] >= 0
+    assert e["finite"] and "speedup_vs_flax_wmt" not in e
+
+  d = saved["decode"]
+  assert set(d["per_token_s"]) == {"5", "20"} and all(v > 0 for v in d["per_token_s"].values())
+  assert d["throughput"]["sentences"] == 2 and d["throughput"]["sentences_per_second"] > 0
+  assert d["beam_size"] == 4
+
+  (entry,) = saved["data"]["entries"]
+  assert entry["corpus"] == "multi30k"
+  if DATA_DIR:
+    assert entry["real_target_tokens_per_s"] > 0 and entry["batches_per_s"] > 0
+  else:
+    assert "skipped" in entry or entry["real_target_tokens_per_s"] > 0
+
+
+def test_markdown_report(result):
+  r, out = result
+  text = open(str(out) + ".md").read()
+  assert text.startswith("# Benchmark")
+  assert "| tiny (configs/tiny.py) | 2x16 | rbg |" in text
+  assert "## Decoding (beam search)" in text and "| 20 |" in text
+  assert "## Input pipeline" in text
+  assert ("Not idle" in text) == (not r["idle"])
+
+
+def test_options():
+  with pytest.raises(ValueError, match="unknown part"):
+    bench.run(bench.parse_args(["--only=nope", "--out="]))
+  c, _ = bench.train_config("base")
+  assert c.model.vocab_size == 32000 and c.model.d_model == 512
+  assert bench.apply_overrides(c, ["train.dropout_rng_impl=rbg", "model.dropout_rate=0.2"]) == {
+      "train.dropout_rng_impl": "rbg", "model.dropout_rate": 0.2}
+  assert c.train.dropout_rng_impl == "rbg"
+  b = bench.synthetic_batch(bench.train_config("multi30k")[0], 3, 40)
+  assert set(b) == {"inputs", "targets", "inputs_segmentation", "targets_segmentation",
+                    "inputs_position", "targets_position"}
+  seg, ids, pos = b["targets_segmentation"], b["targets"], b["targets_position"]
+  assert np.all(seg > 0) and np.all(ids != 0)
+  for r in range(3):
+    last = np.flatnonzero(np.diff(seg[r]) != 0).tolist() + [39]
+    assert all(ids[r, i] == 1 for i in last)        # every segment ends in EOS
+    assert np.all(pos[r][np.r_[0, np.array(last[:-1]) + 1]] == 0)
