@@ -1,0 +1,25 @@
+"""A free-form grid sweep: heads x d_k x dropout x positional-encoding type (16 rows + base).
+
+  python -m experiments.run --sweep=experiments/grid_example.py --scale=cpu --out=runs/grid --dry_run
+  python -m experiments.run --sweep=experiments/grid_example.py --scale=cpu --out=runs/grid \
+      --rows='base,h4_*'
+
+Any keys of the run config (transformer_jax/config.py) can be swept: each row is one
+combination, applied on top of the reference (the paper's base model) like a Table 3 row, so
+the same scales apply (widths such as d_k in paper units, shrunk by the scale's factor: d_k 32
+and 64 run as 8 and 16 at --scale=cpu). `fixed` keys go into every row of a grid, `tied` keys
+follow a swept one (here d_v = d_k), and `sweeps.add_row` adds single rows beside a grid. h*d_k
+differs from d_model in most rows (the model allows it; `same_width=True` would forbid it).
+"""
+
+from experiments import sweeps
+
+
+def get_config(arg: str = ""):
+  del arg
+  c = sweeps.new_sweep("grid_example", "Grid over heads x d_k x P_drop x positional encoding")
+  sweeps.add_row(c, "base", label="base", group="base")  # the reference, for the Δ columns
+  sweeps.add_grid(c, {"model.num_heads": [4, 8], "model.d_k": [32, 64],
+                      "model.dropout_rate": [0.1, 0.3], "model.pe_type": ["sinusoidal", "learned"]},
+                  tied={"model.d_v": "model.d_k"}, group="grid")
+  return c
