@@ -20,7 +20,7 @@ def _number(x):
 @pytest.fixture(scope="module")
 def result(tmp_path_factory):
   out = tmp_path_factory.mktemp("bench") / "bench"
-  argv = ["--train=tiny:2x16", "--steps=1", "--warmup=0", "--peak_n=128",
+  argv = ["--train=tiny:2x16", "--steps=1", "--warmup=0", "--peak_n=128", "--profile",
           "--override=train.dropout_rng_impl=rbg",
           "--decode_config=tiny", "--decode_data=random", "--decode_sentences=2",
           "--decode_batch=2", "--decode_positions=5,20", "--decode_repeats=1",
@@ -57,6 +57,13 @@ def test_json_schema(result):
     assert e["mfu"] == pytest.approx(e["model_flops_per_s"] / saved["peak"]["flops_per_s"])
     assert e["memory"]["process_peak_rss_bytes"] > 0 and e["memory"]["temp_bytes"] >= 0
     assert e["finite"] and "speedup_vs_flax_wmt" not in e
+    h = e["hlo"]
+    assert h["library_dot_fusions"] + h["eigen_dots"] > 0 and h["loop_fusions"] > 0
+    cats = e["profile"]["categories"]
+    assert sum(c["share"] for c in cats.values()) == pytest.approx(1.0)
+    for c in cats.values():
+      assert c["forward"] + c["backward"] == pytest.approx(c["share"])
+    assert any("matmul" in name for name in cats) and e["profile"]["busy_s_per_step"] > 0
 
   d = saved["decode"]
   assert set(d["per_token_s"]) == {"5", "20"} and all(v > 0 for v in d["per_token_s"].values())
@@ -77,8 +84,22 @@ def test_markdown_report(result):
   assert text.startswith("# Benchmark")
   assert "| tiny (configs/tiny.py) | 2x16 | rbg |" in text
   assert "## Decoding (beam search)" in text and "| 20 |" in text
-  assert "## Input pipeline" in text
+  assert "## Input pipeline" in text and "## Where the train step's time goes" in text
   assert ("Not idle" in text) == (not r["idle"])
+
+
+def test_categories_follow_the_source_of_each_operation():
+  c = bench._category
+  assert c("jit(train_step)/jvp(Transformer)/Transformer.decode/decoder/shared_embedding.attend/"
+           "bld,vd->blv/dot_general") == "vocabulary projection (matmul)"
+  assert c("jit(train_step)/transpose(jvp(Transformer))/Transformer.encode/encoder/layer_0/"
+           "attention_block/self_attention/btnk,bsnk->bnts/dot_general").startswith("attention QK")
+  assert c("x/encoder/layer_1/ffn_block/ffn/wi/dot_general") == "FFN (matmul)"
+  assert c("x/decoder/layer_2/ffn_block/Dropout_0/jit(_bernoulli)/jit(_uniform)/add").startswith(
+      "dropout")
+  assert c("jit(train_step)/jvp()/reduce_max") == "loss (log-softmax over the vocabulary)"
+  assert c("jit(train_step)/add") == "optimizer (Adam) + gradient norm"
+  assert c("anything", transposes=True) == "transposes / layout copies"
 
 
 def test_options():
