@@ -19,6 +19,7 @@ import datetime
 import json
 import os
 import platform
+import sys
 import time
 
 from absl import app, flags
@@ -30,6 +31,7 @@ _AVERAGE = flags.DEFINE_integer("average", 5, "Checkpoints to average for the te
 _CURVE_POINTS = flags.DEFINE_integer("curve_points", 6, "Checkpoints on the BLEU-vs-time curve.")
 _CURVE_SENTENCES = flags.DEFINE_integer("curve_sentences", 0, "Dev sentences per curve point (0: all).")
 _TEST_SPLIT = flags.DEFINE_string("test_split", "test", "Split for the final score.")
+_NOTES = flags.DEFINE_string("notes", "", "Circumstances of the run worth recording (Markdown).")
 _API_SENTENCES = [
     "A man rides a bike.",
     "Two dogs are playing in the snow.",
@@ -111,6 +113,8 @@ def main(argv):
       "final_train_metrics": last_train, "dev_metrics": dev_rows,
       "curve": curve, "test_averaged": final, "test_last_checkpoint": final_last,
       "eval_seconds": eval_seconds, "samples": samples, "api_translations": api,
+      "curve_sentences": _CURVE_SENTENCES.value, "report_command": " ".join(sys.argv),
+      "notes": _NOTES.value,
   }
   os.makedirs(RESULTS, exist_ok=True)
   stem = os.path.join(RESULTS, _NAME.value)
@@ -156,7 +160,7 @@ def _markdown(r):
       f"# {r['name']}", "",
       f"Date: {r['date']}. Machine: {r['machine']}.", "",
       "Command:", "", "```", r["command"],
-      f"python -m experiments.report_run --workdir={r['workdir']} --name={r['name']}", "```", "",
+      r["report_command"], "```", "",
       "| measure | value |", "|---|---|",
       f"| steps | {r['final_step']} |",
       f"| training wall time | {r['train_wall_minutes']:.1f} min |",
@@ -168,7 +172,10 @@ def _markdown(r):
       f"| beam, alpha | {avg['beam_size']}, {avg['alpha']} |", "",
       f"sacreBLEU signature: `{avg['sacrebleu_signature']}`", "",
       f"![BLEU vs wall time]({r['name']}.png)", "",
-      "## Dev BLEU vs training wall time", "", "| step | minutes | dev sacreBLEU | dev tokenized BLEU |",
+      "## Dev BLEU vs training wall time", "",
+      f"Beam search on the {'first ' + str(r['curve_sentences']) if r['curve_sentences'] else 'all'} "
+      "dev sentences, one checkpoint at a time (no averaging).", "",
+      "| step | minutes | dev sacreBLEU | dev tokenized BLEU |",
       "|---|---|---|---|",
   ]
   lines += [f"| {c['step']} | {c['wall_minutes']:.1f} | {c['dev_bleu']:.2f} | {c['dev_bleu_tokenized']:.2f} |"
@@ -179,6 +186,8 @@ def _markdown(r):
   lines += ["", "## Translator API", "", "```python",
             "Translator.from_workdir(workdir, average=5).translate(sentences)", "```", ""]
   lines += [f"- {src} → {hyp}" for src, hyp in r["api_translations"]]
+  if r["notes"]:
+    lines += ["", "## Notes", "", r["notes"]]
   lines += ["", f"Config: `{r['name']}.json` holds the full config and every number above.", ""]
   return "\n".join(lines)
 
