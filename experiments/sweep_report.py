@@ -196,7 +196,7 @@ def plot(rows: list[dict], path: str, title: str) -> bool:
   for ax, (name, pk, ok) in zip(axes, panels):
     pts = [r for r in rows if r[pk] is not None and r[ok] is not None]
     for r in pts:
-      color = {"same": "tab:green", "opposite": "tab:red", "ours: =": "tab:red"}.get(
+      color = "black" if r is base else {"same": "tab:green", "opposite": "tab:red", "ours: =": "tab:red"}.get(
           r["ppl_direction" if pk == "paper_ppl" else "bleu_direction"], "tab:blue")
       ax.scatter(r[pk], r[ok], color=color, s=28, zorder=3)
       ax.annotate(r["row"], (r[pk], r[ok]), fontsize=7, xytext=(3, 3), textcoords="offset points")

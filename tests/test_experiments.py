@@ -321,6 +321,16 @@ def test_skip_resume_and_failure_recording(table3, tmp_path):
   assert fake.calls == []
 
 
+def test_subprocess_runner_reports_errors_and_timeouts(tmp_path):
+  log = str(tmp_path / "row.log")
+  fail = [sys.executable, "-c", "import sys; print('step 1'); print('error: bad thing', file=sys.stderr); sys.exit(2)"]
+  assert run_lib.subprocess_runner(fail, log) == (2, "bad thing")
+  slow = [sys.executable, "-c", "import time; time.sleep(60)"]
+  rc, error = run_lib.subprocess_runner(slow, log, timeout_s=0.5)
+  assert rc == 1 and error.startswith("timed out after") and "rerun to resume" in error
+  assert open(log).read().count("# ") == 2  # each command is logged before its output
+
+
 def test_error_line_picks_the_reason():
   assert run_lib.error_line("x\nerror: bad key\nmore\n", 2) == "bad key"
   assert run_lib.error_line("Traceback\n  File x\nValueError: boom\nI0 log\n", 1) == "ValueError: boom"
