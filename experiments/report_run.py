@@ -31,6 +31,7 @@ _AVERAGE = flags.DEFINE_integer("average", 5, "Checkpoints to average for the te
 _CURVE_POINTS = flags.DEFINE_integer("curve_points", 6, "Checkpoints on the BLEU-vs-time curve.")
 _CURVE_SENTENCES = flags.DEFINE_integer("curve_sentences", 0, "Dev sentences per curve point (0: all).")
 _TEST_SPLIT = flags.DEFINE_string("test_split", "test", "Split for the final score.")
+_ALSO_LAST = flags.DEFINE_bool("also_last", True, "Also score the last checkpoint alone on the test split.")
 _NOTES = flags.DEFINE_string("notes", "", "Circumstances of the run worth recording (Markdown).")
 _API_SENTENCES = [
     "A man rides a bike.",
@@ -92,7 +93,8 @@ def main(argv):
   t0 = time.time()
   final = evaluate.evaluate_workdir(workdir, split=_TEST_SPLIT.value,
                                     average=min(_AVERAGE.value, len(steps)))
-  final_last = evaluate.evaluate_workdir(workdir, split=_TEST_SPLIT.value)
+  final_last = (evaluate.evaluate_workdir(workdir, split=_TEST_SPLIT.value)
+                if _ALSO_LAST.value else None)
   eval_seconds = time.time() - t0
   samples = []
   with open(os.path.join(workdir, "eval", f"{_TEST_SPLIT.value}_step{final['step']}"
@@ -155,6 +157,9 @@ def _plot(curve, dev_rows, train_rows, start_time, path, name):
 
 def _markdown(r):
   avg, last = r["test_averaged"], r["test_last_checkpoint"]
+  last_rows = [] if last is None else [
+      f"| test sacreBLEU, last checkpoint only | {last['sacrebleu']:.2f} |",
+      f"| test tokenized BLEU, last checkpoint | {last['tokenized_bleu']:.2f} |"]
   dev = r["dev_metrics"][-1] if r["dev_metrics"] else {}
   lines = [
       f"# {r['name']}", "",
@@ -167,8 +172,7 @@ def _markdown(r):
       f"| dev perplexity (last eval) | {dev.get('perplexity', float('nan')):.2f} |",
       f"| test sacreBLEU, average of last {avg['averaged_checkpoints']} | **{avg['sacrebleu']:.2f}** |",
       f"| test tokenized BLEU (paper-style), averaged | {avg['tokenized_bleu']:.2f} |",
-      f"| test sacreBLEU, last checkpoint only | {last['sacrebleu']:.2f} |",
-      f"| test tokenized BLEU, last checkpoint | {last['tokenized_bleu']:.2f} |",
+      *last_rows,
       f"| beam, alpha | {avg['beam_size']}, {avg['alpha']} |", "",
       f"sacreBLEU signature: `{avg['sacrebleu_signature']}`", "",
       f"![BLEU vs wall time]({r['name']}.png)", "",
