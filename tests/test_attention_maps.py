@@ -285,5 +285,6 @@ def test_cli_on_a_tiny_workdir(setup, tmp_path, capsys):
   printed = capsys.readouterr().out
   assert "Two dogs play." in printed and "attention_maps.html" in printed
   data = am.read_html_data(str(out / "attention_maps.html"))
+  assert data["title"].startswith("Attention maps: work, checkpoint 1 (")
   assert len(data["sentences"][0]["weights"]["decoder_self"]) == config.model.num_decoder_layers
   assert len(list(out.glob("*.png"))) == config.model.num_encoder_layers + 2 * config.model.num_decoder_layers

@@ -375,13 +375,18 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--step", type=int, default=None, help="checkpoint step (default newest)")
   parser.add_argument("--average", type=int, default=0, help="average the last k checkpoints")
   args = parser.parse_args(argv)
+  from transformer_jax import checkpoint  # pylint: disable=g-import-not-at-top
   from transformer_jax.translate import Translator  # pylint: disable=g-import-not-at-top
   translator = Translator.from_workdir(args.workdir, step=args.step, average=args.average)
+  if args.average:
+    which = f"average of the last {args.average} checkpoints"
+  else:
+    which = f"checkpoint {checkpoint.saved_config(checkpoint.checkpoint_dir(args.workdir), args.step)[1]}"
   maps_list = maps_from_translator(translator, args.sentence or [DEFAULT_SENTENCE])
   cfg = translator.model_config
-  title = (f"Attention maps: {os.path.basename(os.path.abspath(args.workdir))} "
+  title = (f"Attention maps: {os.path.basename(os.path.abspath(args.workdir))}, {which} "
            f"({cfg.num_encoder_layers}+{cfg.num_decoder_layers} layers, {cfg.num_heads} heads, "
-           f"d_model {cfg.d_model}; beam {translator.beam_size})")
+           f"d_model {cfg.d_model}; translation by beam search, beam {translator.beam_size})")
   written = write_all(maps_list, args.out, title)
   for m in maps_list:
     print(f"{m.source}  ->  {m.translation}")
