@@ -202,9 +202,22 @@ def _entry_instructions(hlo_text: str) -> dict:
       continue
     if in_entry and line.startswith("}"):
       break
-    m = re.match(r"\s+(?:ROOT )?%([\w.\-]+) = (\S+?) ([\w\-]+)\(", line) if in_entry else None
+    m = re.match(r"\s+(?:ROOT )?%([\w.\-]+) = ", line) if in_entry else None
     if m:
-      name, shape, opcode = m.groups()
+      name, rest = m.group(1), line[m.end():]
+      if rest.startswith("("):  # a tuple shape: up to its matching parenthesis
+        depth = 0
+        for i, ch in enumerate(rest):
+          depth += {"(": 1, ")": -1}.get(ch, 0)
+          if depth == 0:
+            break
+        shape, rest = rest[:i + 1], rest[i + 1:].lstrip()
+      else:
+        shape, _, rest = rest.partition(" ")
+      op = re.match(r"([\w\-]+)\(", rest)
+      if not op:
+        continue
+      opcode = op.group(1)
       kind = re.search(r"kind=(k\w+)", line)
       op_name = re.search(r'op_name="([^"]+)"', line)
       calls = re.search(r"calls=%([\w.\-]+)", line)
@@ -317,7 +330,6 @@ def profile_step(compiled, state, batch, steps: int = 1):
     c["backward" if "transpose(jvp" in op_name else "forward"] += share[i] / busy
   ordered = dict(sorted(cats.items(), key=lambda kv: -kv[1]["share"]))
   return state, ordered, busy / 1e6 / steps
-
 
 
 def bench_train_entry(name: str, shape: str, steps: int, warmup: int, overrides: Sequence[str],
