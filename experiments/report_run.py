@@ -19,6 +19,7 @@ import datetime
 import json
 import os
 import platform
+import shlex
 import sys
 import time
 
@@ -115,7 +116,7 @@ def main(argv):
       "final_train_metrics": last_train, "dev_metrics": dev_rows,
       "curve": curve, "test_averaged": final, "test_last_checkpoint": final_last,
       "eval_seconds": eval_seconds, "samples": samples, "api_translations": api,
-      "curve_sentences": _CURVE_SENTENCES.value, "report_command": " ".join(sys.argv),
+      "curve_sentences": _CURVE_SENTENCES.value, "report_command": shlex.join(["python", "-m", "experiments.report_run", *sys.argv[1:]]),
       "notes": _NOTES.value,
   }
   os.makedirs(RESULTS, exist_ok=True)
