@@ -4,8 +4,24 @@ import os
 
 import pytest
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 DATA_DIR = os.environ.get("TRANSFORMER_JAX_DATA_DIR", "")
 
 requires_data = pytest.mark.skipif(
     not (DATA_DIR and os.path.isdir(os.path.join(DATA_DIR, "multi30k"))),
     reason="set TRANSFORMER_JAX_DATA_DIR to the shared data folder (CI sets ../shared/data)")
+
+# A tiny model for CLI runs in subprocesses (a few seconds per run once compiled).
+TINY_CLI_FLAGS = [
+    "--config=configs/tiny.py",
+    "--config.model.d_model=32", "--config.model.d_ff=64", "--config.model.num_heads=2",
+    "--config.model.d_k=16", "--config.model.d_v=16", "--config.model.vocab_size=300",
+    "--config.model.num_encoder_layers=1", "--config.model.num_decoder_layers=1",
+    "--config.data.tokens_per_batch=512", "--config.data.max_source_len=32",
+    "--config.data.max_target_len=32",
+    "--config.train.log_every_steps=2", "--config.train.eval_every_steps=1000",
+    "--config.train.max_eval_batches=1", "--config.train.checkpoint_every_steps=2",
+    "--config.train.keep_checkpoints=10", "--config.train.progress_bar=False",
+    "--config.train.peak_flops=1e11",
+]

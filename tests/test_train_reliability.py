@@ -15,24 +15,11 @@ import time
 import numpy as np
 import pytest
 
-from tests.common import DATA_DIR, requires_data
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.common import DATA_DIR, REPO, TINY_CLI_FLAGS, requires_data
 
 pytestmark = [requires_data, pytest.mark.slow]
 
-FLAGS = [
-    "--config=configs/tiny.py",
-    "--config.model.d_model=32", "--config.model.d_ff=64", "--config.model.num_heads=2",
-    "--config.model.d_k=16", "--config.model.d_v=16", "--config.model.vocab_size=300",
-    "--config.model.num_encoder_layers=1", "--config.model.num_decoder_layers=1",
-    "--config.data.tokens_per_batch=512", "--config.data.max_source_len=32",
-    "--config.data.max_target_len=32",
-    "--config.train.log_every_steps=2", "--config.train.eval_every_steps=1000",
-    "--config.train.max_eval_batches=1", "--config.train.checkpoint_every_steps=2",
-    "--config.train.keep_checkpoints=10", "--config.train.progress_bar=False",
-    "--config.train.peak_flops=1e11",
-]
+FLAGS = TINY_CLI_FLAGS
 
 
 def _cmd(workdir, *extra):
