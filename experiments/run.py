@@ -67,7 +67,6 @@ _ROW_TIMEOUT = flags.DEFINE_float("row_timeout_minutes", 0.0, "Stop a row's trai
 _PUBLISH = flags.DEFINE_string("publish", "", "Also write the report to experiments/results/NAME.*.")
 _EVAL_ROW = flags.DEFINE_string("eval_row", "", "(internal) Evaluate one trained row workdir.")
 
-RESULTS_DIR = os.path.join(sweeps.REPO, "experiments", "results")
 _CONFIG_ARGS: list[str] = []   # the --config.KEY=VALUE arguments, taken out before absl parses
 _CHILD: list = []              # the running subprocess, for SIGTERM forwarding
 _STOP = {"requested": False}
@@ -273,6 +272,7 @@ def evaluate_row(workdir: str, bleu_sentences: int) -> dict:
   from transformer_jax.data import pipeline, tokenizer  # pylint: disable=g-import-not-at-top
   _enable_compilation_cache(jax)
   params, config, step = checkpoint.load_params(checkpoint.checkpoint_dir(workdir))
+  config.train.max_eval_batches = 0  # the whole dev split, whatever the run evaluated
   mesh = sharding.make_mesh(config.mesh)
   _, state_sh = step_lib.state_shardings(config, mesh)
   tok = tokenizer.load_or_train_tokenizer(config, workdir)
