@@ -44,7 +44,7 @@ import time
 
 from absl import app, flags, logging
 
-from experiments import sweeps
+from experiments import sweep_report, sweeps
 from transformer_jax.config import ConfigError
 
 _SWEEP = flags.DEFINE_string("sweep", None, "Sweep file, e.g. experiments/table3.py.")
@@ -73,14 +73,6 @@ _STOP = {"requested": False}
 
 
 # ----------------------------------------------------------------------------- small helpers
-
-def _read_json(path):
-  try:
-    with open(path) as f:
-      return json.load(f)
-  except (OSError, ValueError):
-    return None
-
 
 def _write_json(path, obj):
   tmp = path + ".tmp"
@@ -193,7 +185,7 @@ def run_row(res: sweeps.Resolved, out: str, *, trainer=subprocess_runner, evalua
   """Trains (or resumes) and evaluates one row; returns its result (also OUT/<row>/result.json)."""
   workdir = os.path.join(os.path.abspath(out), res.row_id)
   result_path = os.path.join(workdir, "result.json")
-  previous = _read_json(result_path)
+  previous = sweep_report.read_json(result_path)
   if previous and previous.get("status") == "done":
     if previous.get("overrides") != res.overrides:
       log(f"  {res.row_id}: finished earlier with other settings (see {result_path}); kept. "
@@ -210,7 +202,7 @@ def run_row(res: sweeps.Resolved, out: str, *, trainer=subprocess_runner, evalua
               dict(res.to_json(), train_command=sweeps.quote(train_cmd),
                    eval_command=sweeps.quote(eval_cmd)))
   timing_path = os.path.join(workdir, "timing.json")
-  timing = _read_json(timing_path) or {"train_seconds": 0.0, "train_attempts": 0}
+  timing = sweep_report.read_json(timing_path) or {"train_seconds": 0.0, "train_attempts": 0}
   target = res.config.train.num_steps
   result = dict(res.to_json(), status="", error="", target_steps=target,
                 train_command=sweeps.quote(train_cmd))
@@ -250,7 +242,7 @@ def run_row(res: sweeps.Resolved, out: str, *, trainer=subprocess_runner, evalua
     os.remove(eval_json)
   rc, error = evaluator(eval_cmd, os.path.join(workdir, "eval.log"), timeout_s)
   eval_seconds = time.time() - start
-  metrics = _read_json(eval_json)
+  metrics = sweep_report.read_json(eval_json)
   if rc != 0 or metrics is None:
     error = error or "the evaluation wrote no eval.json"
     log(f"  {res.row_id}: FAILED in evaluation: {error}")
@@ -313,7 +305,7 @@ def _sweep_record(sweep, scale_name, rows, user_overrides, base_config, argv,
   exact parameter counts at the paper's scale: computed once, then kept from OUT/sweep.json)."""
   sc = sweep.scales[scale_name]
   params = {}
-  previous = _read_json(os.path.join(out, "sweep.json")) if out else None
+  previous = sweep_report.read_json(os.path.join(out, "sweep.json")) if out else None
   if previous and previous.get("spec") == sweep.spec and [
       r["row"] for r in previous.get("rows", []) if r.get("paper_scale_params")] == sweeps.row_ids(sweep):
     params = {r["row"]: {"params": r["paper_scale_params"]} for r in previous["rows"]}
@@ -338,7 +330,7 @@ def _sweep_record(sweep, scale_name, rows, user_overrides, base_config, argv,
 
 
 def _check_out(out: str, record: dict) -> None:
-  previous = _read_json(os.path.join(out, "sweep.json"))
+  previous = sweep_report.read_json(os.path.join(out, "sweep.json"))
   if previous and (previous.get("sweep"), previous.get("scale")) != (record["sweep"], record["scale"]):
     raise ConfigError(f"--out={out} holds the sweep '{previous.get('sweep')}' at scale "
                       f"'{previous.get('scale')}'; use another --out for '{record['sweep']}' at "
@@ -416,7 +408,6 @@ def main(argv):
     if _REPORT.value:
       if not _OUT.value:
         raise ConfigError("--report needs --out")
-      from experiments import sweep_report  # pylint: disable=g-import-not-at-top
       paths = sweep_report.write_report(_OUT.value, publish=_PUBLISH.value)
       print("wrote " + ", ".join(paths))
       return
@@ -446,7 +437,6 @@ def main(argv):
   except KeyboardInterrupt:
     print("interrupted; rerun the same command to resume (finished rows are kept)", file=sys.stderr)
     sys.exit(130)
-  from experiments import sweep_report  # pylint: disable=g-import-not-at-top
   paths = sweep_report.write_report(_OUT.value, publish=_PUBLISH.value)
   print("wrote " + ", ".join(paths))
   if _STOP["requested"]:

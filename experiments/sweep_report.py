@@ -25,7 +25,8 @@ HEADERS = {"N": "N", "d_model": "d_model", "d_ff": "d_ff", "h": "h", "d_k": "d_k
 TOLERANCE_M = 3.0  # paper-scale parameter counts must match the paper within this (millions)
 
 
-def _read_json(path):
+def read_json(path):
+  """The JSON in `path`, or None when it is missing or unreadable."""
   try:
     with open(path) as f:
       return json.load(f)
@@ -71,13 +72,13 @@ def direction(paper_row, paper_base, ours_row, ours_base) -> str:
 
 def collect(out: str) -> tuple[dict, list[dict]]:
   """(sweep record, one merged dict per row of the sweep, in order)."""
-  record = _read_json(os.path.join(out, "sweep.json"))
+  record = read_json(os.path.join(out, "sweep.json"))
   if record is None:
     from transformer_jax.config import ConfigError  # pylint: disable=g-import-not-at-top
     raise ConfigError(f"{out}/sweep.json not found: not a sweep folder of experiments.run")
   rows = []
   for meta in record["rows"]:
-    res = _read_json(os.path.join(out, meta["row"], "result.json")) or {}
+    res = read_json(os.path.join(out, meta["row"], "result.json")) or {}
     paper = meta.get("paper") or {}
     row = {"row": meta["row"], "label": meta["label"], "group": meta["group"],
            "status": res.get("status", "not run"), "error": res.get("error", "")}
