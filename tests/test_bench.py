@@ -1,17 +1,22 @@
-"""The benchmark CLI on tiny shapes (one train step, a two-sentence decode, a short data read):
-the JSON schema and the markdown report."""
+"""The benchmark on tiny shapes (one train step, a two-sentence decode, a short data read): the
+JSON schema and the markdown report; the command line's one-line errors."""
 
 import json
 import math
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
-from transformer_jax import bench, metrics
+from transformer_jax import metrics
+from transformer_jax.bench import hlo_profile, runner, train_step
 from transformer_jax.config import ModelConfig
 
-from tests.common import DATA_DIR
+from transformer_jax.config import ConfigError
+
+from tests.common import DATA_DIR, REPO
 
 
 def _number(x):
@@ -21,12 +26,14 @@ def _number(x):
 @pytest.fixture(scope="module")
 def result(tmp_path_factory):
   out = tmp_path_factory.mktemp("bench") / "bench"
-  argv = ["--train=tiny:2x16", "--steps=1", "--warmup=0", "--peak_n=128", "--profile",
-          "--override=train.dropout_rng_impl=rbg",
-          "--decode_config=tiny", "--decode_data=random", "--decode_sentences=2",
-          "--decode_batch=2", "--decode_positions=5,20", "--decode_repeats=1",
-          "--data=multi30k:pack@1024", "--data_seconds=0.2", f"--out={out}"]
-  r = bench.main(argv)
+  opts = runner.Options(
+      train="tiny:2x16", steps=1, warmup=0, peak_n=128, profile=True,
+      overrides=("train.dropout_rng_impl=rbg",), decode_config="tiny", decode_data="random",
+      decode_sentences=2, decode_batch=2, decode_positions="5,20", decode_repeats=1,
+      data="multi30k:pack@1024", data_seconds=0.2,
+      command="python -m transformer_jax.bench --train=tiny:2x16")
+  r = runner.run(opts)
+  runner.write(r, str(out))
   return r, out
 
 
@@ -35,7 +42,7 @@ def test_json_schema(result):
   with open(str(out) + ".json") as f:
     saved = json.load(f)
   assert saved == json.loads(json.dumps(r))
-  assert saved["schema_version"] == bench.SCHEMA_VERSION
+  assert saved["schema_version"] == runner.SCHEMA_VERSION
   assert saved["parts"] == ["train", "decode", "data"]
   for key in ("date", "command", "machine", "load_before", "load_after", "idle", "peak"):
     assert key in saved, key
@@ -53,7 +60,7 @@ def test_json_schema(result):
       assert _number(e[key]) and e[key] > 0, key
     rows, length = e["batch"]["rows"], e["batch"]["target_len"]
     assert e["target_tokens_per_step"] == rows * length   # synthetic rows are full
-    cfg = ModelConfig.from_config(bench.train_config("tiny")[0].model)
+    cfg = ModelConfig.from_config(train_step.train_config("tiny")[0].model)
     assert e["model_flops_per_step"] == metrics.train_flops(cfg, rows, length, length)
     assert e["mfu"] == pytest.approx(e["model_flops_per_s"] / saved["peak"]["flops_per_s"])
     assert e["memory"]["process_peak_rss_bytes"] > 0 and e["memory"]["temp_bytes"] >= 0
@@ -90,7 +97,7 @@ def test_markdown_report(result):
 
 
 def test_categories_follow_the_source_of_each_operation():
-  c = bench._category
+  c = hlo_profile.category
   assert c("jit(train_step)/jvp(Transformer)/Transformer.decode/decoder/shared_embedding.attend/"
            "bld,vd->blv/dot_general") == "vocabulary projection (matmul)"
   assert c("jit(train_step)/transpose(jvp(Transformer))/Transformer.encode/encoder/layer_0/"
@@ -104,14 +111,20 @@ def test_categories_follow_the_source_of_each_operation():
 
 
 def test_options():
-  with pytest.raises(ValueError, match="unknown part"):
-    bench.run(bench.parse_args(["--only=nope", "--out="]))
-  c, _ = bench.train_config("base")
+  with pytest.raises(ConfigError, match="unknown part"):
+    runner.run(runner.Options(only=("nope",)))
+  c, _ = train_step.train_config("base")
   assert c.model.vocab_size == 32000 and c.model.d_model == 512
-  assert bench.apply_overrides(c, ["train.dropout_rng_impl=rbg", "model.dropout_rate=0.2"]) == {
+  assert train_step.apply_overrides(c, ["train.dropout_rng_impl=rbg", "model.dropout_rate=0.2"]) == {
       "train.dropout_rng_impl": "rbg", "model.dropout_rate": 0.2}
   assert c.train.dropout_rng_impl == "rbg"
-  b = bench.synthetic_batch(bench.train_config("multi30k")[0], 3, 40)
+  with pytest.raises(ConfigError, match="unknown config key 'train.dropout_rng'"):
+    train_step.apply_overrides(c, ["train.dropout_rng=rbg"])
+  with pytest.raises(ConfigError, match="'model.num_heads' needs a int"):
+    train_step.apply_overrides(c, ["model.num_heads=eight"])
+  with pytest.raises(ConfigError, match="dropout_rng_impl"):
+    train_step.apply_overrides(c, ["train.dropout_rng_impl=nope"])
+  b = train_step.synthetic_batch(train_step.train_config("multi30k")[0], 3, 40)
   assert set(b) == {"inputs", "targets", "inputs_segmentation", "targets_segmentation",
                     "inputs_position", "targets_position"}
   seg, ids, pos = b["targets_segmentation"], b["targets"], b["targets_position"]
@@ -120,3 +133,17 @@ def test_options():
     last = np.flatnonzero(np.diff(seg[r]) != 0).tolist() + [39]
     assert all(ids[r, i] == 1 for i in last)        # every segment ends in EOS
     assert np.all(pos[r][np.r_[0, np.array(last[:-1]) + 1]] == 0)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--only=train,nope"], "error: --only: unknown part 'nope'"),
+    (["--override=model.nope=1"], "error: --override 'model.nope=1': unknown config key 'model.nope'"),
+    (["--steps=0"], "error: flag --steps=0"),
+    (["--train=huge:2x16"], "error: unknown benchmark config 'huge'"),
+])
+def test_command_line_mistakes_are_one_line(args, message):
+  """Checked before anything is timed or written: no traceback, exit status 2."""
+  p = subprocess.run([sys.executable, "-m", "transformer_jax.bench", *args, "--out="], cwd=REPO,
+                     capture_output=True, text=True, timeout=120)
+  assert p.returncode == 2, p.stderr
+  assert p.stderr.strip().startswith(message) and len(p.stderr.strip().splitlines()) == 1, p.stderr
