@@ -12,7 +12,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from experiments import run as run_lib
-from experiments import sweep_report, sweeps
+from experiments import row_commands, row_runner, sweep_report, sweep_rows
 from tests.common import DATA_DIR, requires_data
 from transformer_jax.config import ConfigError
 
@@ -51,7 +51,7 @@ PARAM_TOLERANCE_M = {"C_dmodel1024": 4.5}
 
 @pytest.fixture(scope="module")
 def table3():
-  return sweeps.load_sweep(TABLE3)
+  return sweep_rows.load_sweep(TABLE3)
 
 
 def _cli(*args, timeout=120):
@@ -64,7 +64,7 @@ def _cli(*args, timeout=120):
 # --- the sweep definitions --------------------------------------------------------------------
 
 def test_table3_rows_and_the_papers_values(table3):
-  assert sweeps.row_ids(table3) == list(PAPER)
+  assert sweep_rows.row_ids(table3) == list(PAPER)
   for row_id, values in PAPER.items():
     assert table3.rows[row_id].paper.to_dict() == dict(zip(FIELDS, values)), row_id
 
@@ -74,7 +74,7 @@ def test_table3_overrides_agree_with_the_papers_cells(table3):
   base = dict(zip(FIELDS, PAPER["base"]))
   for row_id, values in PAPER.items():
     paper = dict(zip(FIELDS, values))
-    ours = sweeps.paper_columns(table3, row_id)
+    ours = sweep_rows.paper_columns(table3, row_id)
     for col in FIELDS[:9]:
       assert ours[col] == (paper[col] if paper[col] is not None else base[col]), (row_id, col)
   assert table3.rows.E_learned_pe.overrides.model.pe_type == "learned"
@@ -82,7 +82,7 @@ def test_table3_overrides_agree_with_the_papers_cells(table3):
 
 
 def test_cpu_scale_shrinks_widths_and_keeps_heads_layers_and_ratios(table3):
-  rows = sweeps.resolve_all(table3, sweeps.row_ids(table3), "cpu")
+  rows = sweep_rows.resolve_all(table3, sweep_rows.row_ids(table3), "cpu")
   factor = table3.scales.cpu.dim_factor
   assert factor == 0.25
   for res in rows:
@@ -102,15 +102,15 @@ def test_cpu_scale_shrinks_widths_and_keeps_heads_layers_and_ratios(table3):
 
 
 def test_paper_scale_keeps_the_papers_steps_and_config(table3):
-  base = sweeps.resolve(table3, "base", "paper")
-  big = sweeps.resolve(table3, "big", "paper")
+  base = sweep_rows.resolve(table3, "base", "paper")
+  big = sweep_rows.resolve(table3, "big", "paper")
   assert base.config_spec == "configs/base.py" and base.overrides == []  # base.py is the paper's base
   assert base.config.train.num_steps == 100_000 and big.config.train.num_steps == 300_000
   assert big.config.model.dropout_rate == 0.3 and big.config.model.d_k == 64
 
 
 def test_paper_scale_parameter_counts_match_the_paper(table3):
-  table = {p["row"]: p for p in sweeps.paper_params_table(table3)}
+  table = {p["row"]: p for p in row_commands.paper_params_table(table3)}
   assert table["base"]["params"] == 63_045_632 and table["big"]["params"] == 214_171_648
   for row_id, p in table.items():
     reported = PAPER[row_id][-1] if PAPER[row_id][-1] is not None else PAPER["base"][-1]
@@ -118,18 +118,18 @@ def test_paper_scale_parameter_counts_match_the_paper(table3):
 
 
 def test_grid_example_rows():
-  grid = sweeps.load_sweep("experiments/grid_example.py")
-  ids = sweeps.row_ids(grid)
+  grid = sweep_rows.load_sweep("experiments/grid_example.py")
+  ids = sweep_rows.row_ids(grid)
   assert len(ids) == 17 and ids[0] == "base" and "h4_dk32_drop0p3_pelearned" in ids
-  res = sweeps.resolve(grid, "h4_dk32_drop0p3_pelearned", "cpu")
+  res = sweep_rows.resolve(grid, "h4_dk32_drop0p3_pelearned", "cpu")
   m = res.config.model
   assert (m.num_heads, m.d_k, m.d_v, m.dropout_rate, m.pe_type) == (4, 8, 8, 0.3, "learned")
-  assert len(sweeps.resolve_all(grid, ids, "paper")) == 17
+  assert len(sweep_rows.resolve_all(grid, ids, "paper")) == 17
 
 
 def test_printed_commands_reproduce_each_rows_config(table3):
   """The CLI's own config flags, given a row's printed overrides, rebuild the resolved config."""
-  for res in sweeps.resolve_all(table3, sweeps.row_ids(table3), "cpu"):
+  for res in sweep_rows.resolve_all(table3, sweep_rows.row_ids(table3), "cpu"):
     argv = ["prog", f"--config={os.path.join(REPO, res.config_spec)}", *res.overrides]
     fv = flags.FlagValues()
     config_flags.DEFINE_config_file("config", None, "", flag_values=fv, lock_config=True,
@@ -148,36 +148,36 @@ def test_printed_commands_reproduce_each_rows_config(table3):
 ])
 def test_bad_overrides(args, message):
   with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace("?", r"\?")):
-    sweeps.parse_overrides(args)
+    sweep_rows.parse_overrides(args)
 
 
 def test_bad_sweep_scale_and_rows(table3, tmp_path):
   with pytest.raises(ConfigError, match="sweep file experiments/nope.py not found"):
-    sweeps.load_sweep("experiments/nope.py")
+    sweep_rows.load_sweep("experiments/nope.py")
   with pytest.raises(ConfigError, match="unknown scale 'laptop'; the sweep defines: cpu, paper"):
-    sweeps.resolve(table3, "base", "laptop")
+    sweep_rows.resolve(table3, "base", "laptop")
   with pytest.raises(ConfigError, match="--rows: no row matches 'bsae' \\(did you mean 'base'\\?\\); rows: base, A_h1,"):
-    sweeps.select_rows(table3, "A_h1,bsae")
-  assert sweeps.select_rows(table3, "C_N*,D") == ["C_N2", "C_N4", "C_N8", "D_pdrop0", "D_pdrop02",
+    sweep_rows.select_rows(table3, "A_h1,bsae")
+  assert sweep_rows.select_rows(table3, "C_N*,D") == ["C_N2", "C_N4", "C_N8", "D_pdrop0", "D_pdrop02",
                                                    "D_ls0", "D_ls02"]
   bad = tmp_path / "bad.py"
   bad.write_text("def get_config():\n  return 3\n")
   with pytest.raises(ConfigError, match="must return an ml_collections.ConfigDict"):
-    sweeps.load_sweep(str(bad))
+    sweep_rows.load_sweep(str(bad))
 
 
 def test_inconsistent_rows_are_named(table3):
-  heads = sweeps.parse_overrides(["--config.model.num_heads=16"])
+  heads = sweep_rows.parse_overrides(["--config.model.num_heads=16"])
   with pytest.raises(ConfigError, match=r"row 'base' at scale 'cpu': h\*d_k = 16\*16 = 256 differs "
                                         r"from d_model=128"):
-    sweeps.resolve_all(table3, sweeps.row_ids(table3), "cpu", heads)
-  tp = sweeps.parse_overrides(["--config.mesh.tensor=8"])
+    sweep_rows.resolve_all(table3, sweep_rows.row_ids(table3), "cpu", heads)
+  tp = sweep_rows.parse_overrides(["--config.mesh.tensor=8"])
   with pytest.raises(ConfigError, match="row 'A_h1' at scale 'paper': config key 'model.num_heads'=1 "
                                         "is not divisible by the tensor-parallel size mesh.tensor=8"):
-    sweeps.resolve_all(table3, sweeps.row_ids(table3), "paper", tp)
-  odd = sweeps.parse_overrides(["--config.model.d_model=130"])
+    sweep_rows.resolve_all(table3, sweep_rows.row_ids(table3), "paper", tp)
+  odd = sweep_rows.parse_overrides(["--config.model.d_model=130"])
   with pytest.raises(ConfigError, match="row 'base'.*differs from d_model=130"):
-    sweeps.resolve(table3, "base", "cpu", odd)
+    sweep_rows.resolve(table3, "base", "cpu", odd)
 
 
 def _write_sweep(tmp_path, rows_code):
@@ -201,7 +201,7 @@ def test_every_row_is_validated_before_anything_runs(tmp_path):
   spec = _write_sweep(tmp_path, "  sweeps.add_row(c, 'tiny_dk', overrides={'model.d_k': 2})\n")
   with pytest.raises(ConfigError, match=r"row 'tiny_dk' at scale 'cpu': model.d_k=2 x 0.25 = 0.5 "
                                         "is not a positive whole number"):
-    sweeps.resolve_all(sweeps.load_sweep(spec), ["base", "tiny_dk"], "cpu")
+    sweep_rows.resolve_all(sweep_rows.load_sweep(spec), ["base", "tiny_dk"], "cpu")
   result = _cli("--sweep=experiments/nope.py", f"--out={out}")
   assert (result.returncode, result.stderr.strip()) == (2, "error: sweep file experiments/nope.py not found")
   result = _cli(f"--sweep={TABLE3}", f"--out={out}", "--config.train.num_step=3")
@@ -266,7 +266,7 @@ class FakeCLI:
     if row in self.fail:
       with open(log_path, "a") as f:
         f.write("Traceback ...\nerror: config key 'model.d_k' boom\n")
-      return 2, run_lib.error_line(open(log_path).read(), 2)
+      return 2, row_runner.error_line(open(log_path).read(), 2)
     steps = int(self._arg(cmd, "--config.train.num_steps"))
     done = self.stop_at.pop(row, steps)  # an interrupted run stops early, exit 0 (as SIGTERM does)
     os.makedirs(os.path.join(workdir, "checkpoints", str(done)), exist_ok=True)
@@ -285,9 +285,9 @@ class FakeCLI:
 
 
 def _run(table3, out, rows, fake, scale="tiny"):
-  resolved = sweeps.resolve_all(table3, rows, scale)
+  resolved = sweep_rows.resolve_all(table3, rows, scale)
   record = run_lib._sweep_record(table3, scale, rows, {}, "", ["run"], with_params=False)
-  return run_lib.run_sweep(resolved, str(out), record, trainer=fake.train,
+  return row_runner.run_sweep(resolved, str(out), record, trainer=fake.train,
                            evaluator=fake.evaluate, log=lambda *_: None)
 
 
@@ -314,8 +314,8 @@ def test_skip_resume_and_failure_recording(table3, tmp_path):
   _run(table3, out, rows, fake)
   assert fake.calls == []
   # eval_only: rows trained elsewhere are evaluated; untrained ones are reported, not trained
-  resolved = sweeps.resolve_all(table3, ["A_h4"], "tiny")
-  result = run_lib.run_row(resolved[0], str(out), trainer=fake.train, evaluator=fake.evaluate,
+  resolved = sweep_rows.resolve_all(table3, ["A_h4"], "tiny")
+  result = row_runner.run_row(resolved[0], str(out), trainer=fake.train, evaluator=fake.evaluate,
                            eval_only=True, log=lambda *_: None)
   assert result["status"] == "unfinished" and "not trained yet" in result["error"]
   assert fake.calls == []
@@ -324,24 +324,24 @@ def test_skip_resume_and_failure_recording(table3, tmp_path):
 def test_subprocess_runner_reports_errors_and_timeouts(tmp_path):
   log = str(tmp_path / "row.log")
   fail = [sys.executable, "-c", "import sys; print('step 1'); print('error: bad thing', file=sys.stderr); sys.exit(2)"]
-  assert run_lib.subprocess_runner(fail, log) == (2, "bad thing")
+  assert row_runner.subprocess_runner(fail, log) == (2, "bad thing")
   slow = [sys.executable, "-c", "import time; time.sleep(60)"]
-  rc, error = run_lib.subprocess_runner(slow, log, timeout_s=0.5)
+  rc, error = row_runner.subprocess_runner(slow, log, timeout_s=0.5)
   assert rc == 1 and error.startswith("timed out after") and "rerun to resume" in error
   assert open(log).read().count("# ") == 2  # each command is logged before its output
 
 
 def test_error_line_picks_the_reason():
-  assert run_lib.error_line("x\nerror: bad key\nmore\n", 2) == "bad key"
-  assert run_lib.error_line("Traceback\n  File x\nValueError: boom\nI0 log\n", 1) == "ValueError: boom"
-  assert run_lib.error_line("killed\n", -9) == "killed (exit status -9)"
+  assert row_runner.error_line("x\nerror: bad key\nmore\n", 2) == "bad key"
+  assert row_runner.error_line("Traceback\n  File x\nValueError: boom\nI0 log\n", 1) == "ValueError: boom"
+  assert row_runner.error_line("killed\n", -9) == "killed (exit status -9)"
 
 
 # --- the report -------------------------------------------------------------------------------
 
 def test_report_from_synthetic_results(table3, tmp_path):
   out = tmp_path / "rep"
-  rows = sweeps.row_ids(table3)
+  rows = sweep_rows.row_ids(table3)
   record = run_lib._sweep_record(table3, "cpu", rows, {}, "", ["run"], with_params=False)
   for r in record["rows"]:  # as the paper, except the one known mismatch
     reported = r["paper"]["params_m"] or 65
@@ -354,7 +354,7 @@ def test_report_from_synthetic_results(table3, tmp_path):
           "E_learned_pe": (10.2, 20.0)}                        # paper PPL unchanged; ours BLEU unchanged
   for row, (ppl, bleu) in ours.items():
     os.makedirs(out / row)
-    res = sweeps.resolve(table3, row, "cpu")
+    res = sweep_rows.resolve(table3, row, "cpu")
     with open(out / row / "result.json", "w") as f:
       json.dump(dict(res.to_json(), status="done", error="", steps=300, params=3_791_872,
                      dev_loss=2.6, dev_nll=2.3, dev_ppl=ppl, bleu=bleu - 1, bleu_tokenized=bleu,

@@ -2,8 +2,9 @@
 
 Every run config (``configs/*.py``) starts from :func:`default_config`, the single schema of
 all keys with the paper's values as defaults. :func:`validate` checks a finished run config
-(unknown keys with the nearest valid one, types, sizes, choices) and raises
-:class:`ConfigError` with one line naming the key, so a user mistake never reaches jit.
+(unknown keys with the nearest valid one, types, sizes, choices, model dimensions a fixed mesh
+axis cannot split evenly) and raises :class:`ConfigError` with one line naming the key, so a user
+mistake never reaches jit.
 :class:`ModelConfig` is the one frozen dataclass the model modules read.
 """
 
@@ -23,6 +24,11 @@ VOCAB_TYPES = ("bpe", "unigram")
 BATCH_MODES = ("bucket", "pack")
 RNG_IMPLS = ("threefry2x32", "rbg", "unsafe_rbg")
 DATA_DIR_ENV = "TRANSFORMER_JAX_DATA_DIR"
+# Model dimensions split over a mesh axis, as transformer_jax/sharding.py's LOGICAL_RULES place
+# them: 'heads', 'mlp' and 'vocab' over 'tensor', 'embed' over 'fsdp'. d_k and d_v ('kv') and
+# max_len ('pos') are never split; batch rows ('batch') are padded at run time.
+SHARDED_DIMS = (("tensor", "tensor-parallel", ("num_heads", "d_ff", "vocab_size")),
+                ("fsdp", "FSDP", ("d_model",)))
 
 
 class ConfigError(ValueError):
@@ -261,4 +267,22 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
       raise ConfigError(f"config key 'mesh.{name}' must be a positive integer or -1, got {v!r}")
   if [config.mesh[n] for n in ("data", "fsdp", "tensor")].count(-1) > 1:
     raise ConfigError("config key 'mesh': at most one axis may be -1")
+  check_sharded_dims(model, config.mesh)
   return config
+
+
+def check_sharded_dims(model: ModelConfig, mesh_sizes) -> None:
+  """Each model dimension split over a mesh axis (SHARDED_DIMS) must divide by the axis size.
+
+  `mesh_sizes` maps axis names to sizes; an axis of -1 (sized from the device count) is checked
+  once the mesh exists (sharding.check_divisibility).
+  """
+  for axis, what, names in SHARDED_DIMS:
+    size = mesh_sizes[axis]
+    if size == -1:
+      continue
+    for name in names:
+      value = getattr(model, name)
+      if value % size:
+        raise ConfigError(f"config key 'model.{name}'={value} is not divisible by the {what} "
+                          f"size mesh.{axis}={size}")
