@@ -147,3 +147,12 @@ def test_command_line_mistakes_are_one_line(args, message):
                      capture_output=True, text=True, timeout=120)
   assert p.returncode == 2, p.stderr
   assert p.stderr.strip().startswith(message) and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_side_by_side_needs_the_flax_example(tmp_path):
+  p = subprocess.run([sys.executable, "-m", "experiments.bench_flax_wmt",
+                      f"--flax_wmt_dir={tmp_path}", "--out="], cwd=REPO, capture_output=True,
+                     text=True, timeout=120)
+  assert p.returncode == 2, p.stderr
+  assert p.stderr.strip() == (f"error: --flax_wmt_dir={tmp_path}: no models.py (expected flax's "
+                              "examples/wmt)"), p.stderr

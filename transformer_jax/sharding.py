@@ -33,7 +33,7 @@ from absl import logging
 from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
-from transformer_jax.config import ConfigError
+from transformer_jax.config import ConfigError, ModelConfig, check_sharded_dims
 
 MESH_AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")  # batch rows are split over both data-parallel axes
@@ -165,19 +165,9 @@ def batch_parallelism(mesh: Mesh) -> int:
 
 
 def check_divisibility(config: ml_collections.ConfigDict, mesh: Mesh) -> None:
-  """Every sharded model dimension must split evenly: fail before anything compiles.
-
-  'tensor' splits num_heads, d_ff and vocab_size; 'fsdp' splits d_model.
-  """
-  m = config.model
-  tp, fsdp = mesh.shape["tensor"], mesh.shape["fsdp"]
-  for key, value in (("num_heads", m.num_heads), ("d_ff", m.d_ff), ("vocab_size", m.vocab_size)):
-    if value % tp:
-      raise ConfigError(f"config key 'model.{key}'={value} is not divisible by the tensor-parallel "
-                        f"size mesh.tensor={tp}")
-  if m.d_model % fsdp:
-    raise ConfigError(f"config key 'model.d_model'={m.d_model} is not divisible by the FSDP size "
-                      f"mesh.fsdp={fsdp}")
+  """Every sharded model dimension must split evenly over the mesh as built (axes of -1 now have
+  their size): config.check_sharded_dims, before anything compiles."""
+  check_sharded_dims(ModelConfig.from_config(config.model), dict(mesh.shape))
 
 
 def check_batch_rows(global_rows: int, mesh: Mesh, what: str = "global batch") -> None:

@@ -1,0 +1,231 @@
+"""Side by side: the flax WMT example's train step and ours, same shapes, one process, one machine.
+
+Run from the repository root, with a checkout of flax's examples/wmt (not part of this repo):
+  git clone --depth 1 https://github.com/google/flax /tmp/flax
+  python -m experiments.bench_flax_wmt --flax_wmt_dir=/tmp/flax/examples/wmt
+Writes experiments/results/bench_flax_wmt.{json,md}; about 6 minutes on 2 CPU cores.
+
+The flax step is theirs, unchanged: `train.train_step` from their train.py with `models.py`, set
+up as their `train_and_evaluate` does (`models.TransformerConfig`, `jax.jit(m.init)` with the
+deterministic config, `TrainState.create` with `optax.adamw(lr, 0.9, 0.98, 1e-9, weight_decay=0)`,
+`jax.pmap(partial(train_step, config=..., learning_rate_fn=..., label_smoothing=0.1),
+axis_name="batch", donate_argnums=(0,))` over the one local device, `common_utils.shard`ed
+batches). Their train.py imports TensorFlow, clu and their input_pipeline/bleu/decode modules at
+the top; the step uses none of them, so the ones that are not installed are replaced by empty
+modules (TensorFlow stays out of this process).
+
+Equal configuration: base size (d_model 512, 8 heads of 64, d_ff 2048, 6 + 6 layers), a
+32000-piece vocabulary with one embedding matrix shared by source, target and the pre-softmax
+projection, dropout 0.1 on residuals, attention weights and the FFN's ReLU output (flax's
+defaults; ours gets `--ours_overrides` to match, since the paper's base has only residual
+dropout), label smoothing 0.1, Adam(0.9, 0.98, 1e-9), float32, the default jax PRNG for dropout
+(threefry) in both, and the same batch of random ids (`bench.train_step.synthetic_batch`: full
+rows, no padding). The models are each as their authors wrote them: flax is pre-LN and divides
+the logits by sqrt(d_model); ours is post-LN (the paper) and multiplies the embeddings by
+sqrt(d_model). Their matmuls are the same, so both are credited the same model FLOPs
+(`metrics.train_flops`, 3 x the forward matmul FLOPs) and the same MFU denominator (a jnp.dot
+peak measured at the start of the run).
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import importlib
+import importlib.util
+import json
+import os
+import statistics
+import sys
+import time
+import types
+
+from absl import app, flags
+
+_FLAX_WMT_DIR = flags.DEFINE_string("flax_wmt_dir", None,
+                                    "folder with flax's examples/wmt models.py and train.py")
+_SHAPES = flags.DEFINE_list("shapes", ["8x128", "32x128"], "batch shapes ROWSxLENGTH")
+_STEPS = flags.DEFINE_integer("steps", 3, "timed steps per entry", lower_bound=1)
+_WARMUP = flags.DEFINE_integer("warmup", 1, "untimed steps after compiling", lower_bound=0)
+_OURS_OVERRIDES = flags.DEFINE_list(
+    "ours_overrides", ["model.attention_dropout_rate=0.1", "model.relu_dropout_rate=0.1"],
+    "overrides of our base config that make it match flax's defaults")
+_OUT = flags.DEFINE_string("out", "experiments/results/bench_flax_wmt",
+                           "writes OUT.json and OUT.md ('' to write nothing)")
+
+def load_flax_wmt(folder: str):
+  """Their (models, train) modules. The imports train_step never uses get empty stand-ins while
+  train.py loads (TensorFlow and clu only when not installed; their bleu/decode/input_pipeline
+  always, as those read data through TensorFlow), and are removed again afterwards."""
+  for name in ("models.py", "train.py"):
+    if not os.path.isfile(os.path.join(folder, name)):
+      raise FileNotFoundError(f"--flax_wmt_dir={folder}: no {name} (expected flax's examples/wmt)")
+  # What train.py imports from flax, first: their optional TensorFlow imports must see the truth.
+  for name in ("flax.jax_utils", "flax.training.checkpoints", "flax.training.dynamic_scale"):
+    importlib.import_module(name)
+  stubs = ["bleu", "decode", "input_pipeline"]
+  for name in ("tensorflow", "clu"):
+    if importlib.util.find_spec(name) is None:
+      stubs.append(name)
+  stubs += ["clu.metric_writers", "clu.periodic_actions"] if "clu" in stubs else []
+  added = [name for name in stubs if name not in sys.modules]
+  for name in added:
+    sys.modules[name] = types.ModuleType(name)
+  if "clu" in added:
+    sys.modules["clu"].metric_writers = sys.modules["clu.metric_writers"]
+    sys.modules["clu"].periodic_actions = sys.modules["clu.periodic_actions"]
+  sys.path.insert(0, folder)
+  try:
+    return importlib.import_module("models"), importlib.import_module("train")
+  finally:
+    sys.path.remove(folder)
+    for name in added:
+      sys.modules.pop(name, None)
+
+
+def time_flax_step(models, train, rows: int, length: int, steps: int, warmup: int) -> dict:
+  """Their step at base size on our synthetic batch: compile+first step, then median/min."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import optax  # pylint: disable=g-import-not-at-top
+  from flax import jax_utils, linen as nn  # pylint: disable=g-import-not-at-top
+  from flax.training import common_utils  # pylint: disable=g-import-not-at-top
+  from transformer_jax.bench import train_step as ours  # pylint: disable=g-import-not-at-top
+
+  train_config = models.TransformerConfig(
+      vocab_size=32000, output_vocab_size=32000, share_embeddings=True,
+      logits_via_embedding=True, dtype=jnp.float32, emb_dim=512, num_heads=8, num_layers=6,
+      qkv_dim=512, mlp_dim=2048, max_len=256, dropout_rate=0.1, attention_dropout_rate=0.1,
+      deterministic=False, decode=False, kernel_init=nn.initializers.xavier_uniform(),
+      bias_init=nn.initializers.normal(stddev=1e-6))
+  eval_config = train_config.replace(deterministic=True)
+  rng, init_rng = jax.random.split(jax.random.key(0))
+  m = models.Transformer(eval_config)
+  variables = jax.jit(m.init)(init_rng, jnp.ones((rows, length), jnp.float32),
+                              jnp.ones((rows, length), jnp.float32))
+  learning_rate_fn = train.create_learning_rate_schedule(learning_rate=0.002, warmup_steps=1000)
+  state = train.TrainState.create(
+      apply_fn=m.apply, params=variables["params"],
+      tx=optax.adamw(learning_rate=learning_rate_fn, b1=0.9, b2=0.98, eps=1e-9, weight_decay=0.0),
+      dynamic_scale=None)
+  del variables
+  state = jax_utils.replicate(state)
+  p_train_step = jax.pmap(
+      functools.partial(train.train_step, config=train_config, learning_rate_fn=learning_rate_fn,
+                        label_smoothing=0.1),
+      axis_name="batch", donate_argnums=(0,))
+  dropout_rngs = jax.random.split(rng, jax.local_device_count())
+  config, _ = ours.train_config("base")
+  batch = ours.synthetic_batch(config, rows, length)
+  sharded = common_utils.shard(jax.tree_util.tree_map(np.asarray, batch))
+  samples, losses = [], []
+  t = time.perf_counter()
+  for i in range(1 + warmup + steps):
+    state, metrics = p_train_step(state, sharded, dropout_rng=dropout_rngs)
+    jax.block_until_ready((state, metrics))
+    now = time.perf_counter()
+    if i == 0:
+      compile_and_first = now - t
+    elif i > warmup:
+      samples.append(now - t)
+    losses.append(float(metrics["loss"][0]) / float(metrics["denominator"][0]))
+    t = time.perf_counter()
+  median = statistics.median(samples)
+  tokens = int((batch["targets"] != 0).sum())
+  return {"compile_and_first_step_s": compile_and_first,
+          "step_s": {"median": median, "min": min(samples), "samples": samples},
+          "target_tokens_per_step": tokens, "target_tokens_per_s": tokens / median,
+          "loss_first_last": [losses[0], losses[-1]],
+          "finite": bool(np.all(np.isfinite(losses)))}
+
+
+def run(folder: str, shapes, steps: int, warmup: int, ours_overrides) -> dict:
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from transformer_jax import metrics  # pylint: disable=g-import-not-at-top
+  from transformer_jax.bench import runner, train_step as ours  # pylint: disable=g-import-not-at-top
+  from transformer_jax.config import ModelConfig  # pylint: disable=g-import-not-at-top
+  config = ours.train_config("base")[0]
+  ours.apply_overrides(config, ours_overrides)  # mistakes are reported before anything is timed
+  cfg = ModelConfig.from_config(config.model)
+  models, train = load_flax_wmt(folder)
+  load_before = os.getloadavg()
+  peak = metrics.measure_peak_flops(np.dtype("float32"))
+  print(f"peak (float32 2048^2 jnp.dot): {peak / 1e9:.1f} GFLOP/s", flush=True)
+  entries = []
+  for shape in shapes:
+    rows, length = ours.parse_shape(shape)
+    flops = metrics.train_flops(cfg, rows, length, length)
+    print(f"{shape}: flax WMT example ...", flush=True)
+    theirs = time_flax_step(models, train, rows, length, steps, warmup)
+    theirs["mfu"] = flops / theirs["step_s"]["median"] / peak
+    print(f"  {theirs['step_s']['median']:.3f} s/step, {theirs['target_tokens_per_s']:.0f} tok/s, "
+          f"MFU {theirs['mfu']:.1%}", flush=True)
+    print(f"{shape}: transformer_jax ...", flush=True)
+    mine = ours.measure("base", shape, steps, warmup, ours_overrides, peak)
+    print(f"  {mine['step_s']['median']:.3f} s/step, {mine['target_tokens_per_s']:.0f} tok/s, "
+          f"MFU {mine['mfu']:.1%}", flush=True)
+    entries.append({"shape": shape, "model_flops_per_step": flops, "flax_wmt": theirs,
+                    "transformer_jax": mine,
+                    "speedup": mine["target_tokens_per_s"] / theirs["target_tokens_per_s"]})
+  load_after = os.getloadavg()
+  return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+          "command": "python -m experiments.bench_flax_wmt " + " ".join(sys.argv[1:]),
+          "machine": runner.machine(), "jax": jax.__version__,
+          "load_before": list(load_before), "load_after": list(load_after),
+          "idle": max(load_before[0], load_after[0]) < 0.5,
+          "peak_flops_per_s": peak, "ours_overrides": list(ours_overrides), "entries": entries}
+
+
+def markdown(r: dict) -> str:
+  m = r["machine"]
+  lines = ["# The flax WMT example's train step and ours, side by side", "",
+           f"Date: {r['date']}  ", f"Command: `{r['command']}`  ",
+           f"Machine: {m['cpu']}, {m['cores']} cores, jax {r['jax']} on {m['backend']}; load "
+           f"average {r['load_before'][0]:.2f} before, {r['load_after'][0]:.2f} after; peak "
+           f"{r['peak_flops_per_s'] / 1e9:.1f} GFLOP/s (float32 2048x2048 jnp.dot, same run)", ""]
+  if not r["idle"]:
+    lines += ["**Not idle: other jobs shared the machine during this run.**", ""]
+  lines += ["Both at base size, vocabulary 32000 shared, fp32, dropout 0.1 on residuals, attention "
+            "weights and ReLU outputs, label smoothing 0.1, Adam(0.9, 0.98, 1e-9), the same batch "
+            f"of random ids. Ours with `{','.join(r['ours_overrides'])}`. Model FLOPs = "
+            "`metrics.train_flops` (3 x forward matmul FLOPs) for both; MFU against the peak above.",
+            "", "| batch | flax WMT s/step (median; min) | tok/s | MFU | transformer_jax s/step "
+            "(median; min) | tok/s | MFU | speed-up |", "|---|---|---|---|---|---|---|---|"]
+  for e in r["entries"]:
+    f, o = e["flax_wmt"], e["transformer_jax"]
+    lines.append(f"| {e['shape']} | {f['step_s']['median']:.3f}; {f['step_s']['min']:.3f} | "
+                 f"{f['target_tokens_per_s']:.0f} | {f['mfu']:.1%} | {o['step_s']['median']:.3f}; "
+                 f"{o['step_s']['min']:.3f} | {o['target_tokens_per_s']:.0f} | {o['mfu']:.1%} | "
+                 f"**{e['speedup']:.2f}x** |")
+  lines += ["", "Compile (flax: compile + first step; ours: compile only): " + ", ".join(
+      f"{e['shape']} {e['flax_wmt']['compile_and_first_step_s']:.1f} s / "
+      f"{e['transformer_jax']['compile_s']:.1f} s" for e in r["entries"]), ""]
+  return "\n".join(lines)
+
+
+def main(argv):
+  if len(argv) > 1:
+    print(f"error: unexpected arguments {' '.join(argv[1:])}", file=sys.stderr)
+    sys.exit(2)
+  from transformer_jax import errors  # pylint: disable=g-import-not-at-top
+  if not _FLAX_WMT_DIR.value:
+    print("error: --flax_wmt_dir is required (a checkout of flax's examples/wmt)", file=sys.stderr)
+    sys.exit(2)
+  try:
+    r = run(_FLAX_WMT_DIR.value, _SHAPES.value, _STEPS.value, _WARMUP.value, _OURS_OVERRIDES.value)
+  except (FileNotFoundError, *errors.USER_ERRORS) as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+  text = markdown(r)
+  if _OUT.value:
+    with open(_OUT.value + ".json", "w") as f:
+      json.dump(r, f, indent=2)
+    with open(_OUT.value + ".md", "w") as f:
+      f.write(text + "\n")
+  print(text)
+
+
+if __name__ == "__main__":
+  app.run(main)
