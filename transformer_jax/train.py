@@ -97,17 +97,26 @@ def _dev_bleu(config, params, tok, mesh):
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Trains (or resumes) the run in `workdir`; returns the final dev metrics."""
-  from transformer_jax.data import pipeline, tokenizer  # pylint: disable=g-import-not-at-top
   validate(config)
   workdir = prepare_workdir(workdir)
-  t_cfg = config.train
-  model_cfg = ModelConfig.from_config(config.model)
   mesh = sharding.make_mesh(config.mesh)
   sharding.check_divisibility(config, mesh)
   abstract_state, state_sh = step_lib.state_shardings(config, mesh)
 
+  manager = checkpoint.make_manager(checkpoint.checkpoint_dir(workdir),
+                                    keep=config.train.keep_checkpoints)
+  try:  # closed on every exit: its background threads must not outlive an error
+    return _train(config, workdir, manager, mesh, abstract_state, state_sh)
+  finally:
+    manager.close()
+
+
+def _train(config, workdir, manager, mesh, abstract_state, state_sh) -> dict:
+  """The body of train_and_evaluate, once the checkpoint manager exists."""
+  from transformer_jax.data import pipeline, tokenizer  # pylint: disable=g-import-not-at-top
+  t_cfg = config.train
+  model_cfg = ModelConfig.from_config(config.model)
   # Refuse an incompatible workdir before anything is written into it.
-  manager = checkpoint.make_manager(checkpoint.checkpoint_dir(workdir), keep=t_cfg.keep_checkpoints)
   if manager.latest_step() is not None:
     checkpoint.check_compatible(manager, manager.latest_step(), abstract_state)
 
@@ -214,7 +223,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         _console(bar, f"train.max_train_minutes reached: saved a checkpoint at step {step_num}")
         break
   manager.wait_until_finished()
-  manager.close()
   writer.close()
   if bar is not None:
     bar.close()
