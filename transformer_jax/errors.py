@@ -14,3 +14,15 @@ try:  # the data package defines its own error type for corpus problems
   USER_ERRORS += (DataError,)
 except ImportError:
   pass
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+  """absl flag parsing (`app.run(main, flags_parser=parse_flags)`) with a flag mistake reported
+  as one line `error: ...` and exit status 2."""
+  import sys  # pylint: disable=g-import-not-at-top
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
+    sys.exit(2)

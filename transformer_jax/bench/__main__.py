@@ -66,13 +66,6 @@ def main(argv):
   print(runner.write(result, _OUT.value))
 
 
-def _parse_flags(argv):
-  try:
-    return flags.FLAGS(argv)
-  except flags.Error as e:
-    print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
-    sys.exit(2)
-
-
 if __name__ == "__main__":
-  app.run(main, flags_parser=_parse_flags)
+  from transformer_jax import errors  # pylint: disable=g-import-not-at-top
+  app.run(main, flags_parser=errors.parse_flags)
