@@ -19,7 +19,8 @@ Equal configuration: base size (d_model 512, 8 heads of 64, d_ff 2048, 6 + 6 lay
 projection, dropout 0.1 on residuals, attention weights and the FFN's ReLU output (flax's
 defaults; ours gets `--ours_overrides` to match, since the paper's base has only residual
 dropout), label smoothing 0.1, Adam(0.9, 0.98, 1e-9), float32, the default jax PRNG for dropout
-(threefry) in both, and the same batch of random ids (`bench.train_step.synthetic_batch`: full
+(threefry) in both (and, with --rbg_variant, ours once more with `train.dropout_rng_impl=rbg`:
+the same Bernoulli masks' distribution from XLA's RngBitGenerator), and the same batch of random ids (`bench.train_step.synthetic_batch`: full
 rows, no padding). The models are each as their authors wrote them: flax is pre-LN and divides
 the logits by sqrt(d_model); ours is post-LN (the paper) and multiplies the embeddings by
 sqrt(d_model). Their matmuls are the same, so both are credited the same model FLOPs
@@ -50,6 +51,8 @@ _WARMUP = flags.DEFINE_integer("warmup", 1, "untimed steps after compiling", low
 _OURS_OVERRIDES = flags.DEFINE_list(
     "ours_overrides", ["model.attention_dropout_rate=0.1", "model.relu_dropout_rate=0.1"],
     "overrides of our base config that make it match flax's defaults")
+_RBG = flags.DEFINE_bool("rbg_variant", True, "also time ours with train.dropout_rng_impl=rbg "
+                         "(the same dropout distribution from XLA's RngBitGenerator)")
 _OUT = flags.DEFINE_string("out", "experiments/results/bench_flax_wmt",
                            "writes OUT.json and OUT.md ('' to write nothing)")
 
@@ -140,17 +143,22 @@ def time_flax_step(models, train, rows: int, length: int, steps: int, warmup: in
           "finite": bool(np.all(np.isfinite(losses)))}
 
 
-def run(folder: str, shapes, steps: int, warmup: int, ours_overrides) -> dict:
+def run(folder: str, shapes, steps: int, warmup: int, ours_overrides, rbg_variant=True) -> dict:
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   from transformer_jax import metrics  # pylint: disable=g-import-not-at-top
   from transformer_jax.bench import runner, train_step as ours  # pylint: disable=g-import-not-at-top
   from transformer_jax.config import ModelConfig  # pylint: disable=g-import-not-at-top
+  variants = [("threefry (as flax)", list(ours_overrides))]
+  if rbg_variant:
+    variants.append(("rbg", list(ours_overrides) + ["train.dropout_rng_impl=rbg"]))
+  for _, overrides in variants:  # mistakes are reported before anything is timed
+    ours.apply_overrides(ours.train_config("base")[0], overrides)
   config = ours.train_config("base")[0]
-  ours.apply_overrides(config, ours_overrides)  # mistakes are reported before anything is timed
+  ours.apply_overrides(config, ours_overrides)
   cfg = ModelConfig.from_config(config.model)
   models, train = load_flax_wmt(folder)
-  load_before = os.getloadavg()
+  busy_before, load_before = runner.others_busy(), os.getloadavg()
   peak = metrics.measure_peak_flops(np.dtype("float32"))
   print(f"peak (float32 2048^2 jnp.dot): {peak / 1e9:.1f} GFLOP/s", flush=True)
   entries = []
@@ -162,28 +170,36 @@ def run(folder: str, shapes, steps: int, warmup: int, ours_overrides) -> dict:
     theirs["mfu"] = flops / theirs["step_s"]["median"] / peak
     print(f"  {theirs['step_s']['median']:.3f} s/step, {theirs['target_tokens_per_s']:.0f} tok/s, "
           f"MFU {theirs['mfu']:.1%}", flush=True)
-    print(f"{shape}: transformer_jax ...", flush=True)
-    mine = ours.measure("base", shape, steps, warmup, ours_overrides, peak)
-    print(f"  {mine['step_s']['median']:.3f} s/step, {mine['target_tokens_per_s']:.0f} tok/s, "
-          f"MFU {mine['mfu']:.1%}", flush=True)
+    mine = []
+    for name, overrides in variants:
+      print(f"{shape}: transformer_jax, dropout PRNG {name} ...", flush=True)
+      e = ours.measure("base", shape, steps, warmup, overrides, peak)
+      e["variant"] = name
+      e["speedup"] = e["target_tokens_per_s"] / theirs["target_tokens_per_s"]
+      print(f"  {e['step_s']['median']:.3f} s/step, {e['target_tokens_per_s']:.0f} tok/s, "
+            f"MFU {e['mfu']:.1%}, {e['speedup']:.2f}x", flush=True)
+      mine.append(e)
     entries.append({"shape": shape, "model_flops_per_step": flops, "flax_wmt": theirs,
-                    "transformer_jax": mine,
-                    "speedup": mine["target_tokens_per_s"] / theirs["target_tokens_per_s"]})
-  load_after = os.getloadavg()
+                    "transformer_jax": mine})
+  busy_after, load_after = runner.others_busy(), os.getloadavg()
   return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
           "command": "python -m experiments.bench_flax_wmt " + " ".join(sys.argv[1:]),
           "machine": runner.machine(), "jax": jax.__version__,
           "load_before": list(load_before), "load_after": list(load_after),
-          "idle": max(load_before[0], load_after[0]) < 0.5,
+          "others_busy_before": busy_before, "others_busy_after": busy_after,
+          "idle": runner.idle_check(busy_before, busy_after, load_before, load_after),
           "peak_flops_per_s": peak, "ours_overrides": list(ours_overrides), "entries": entries}
 
 
 def markdown(r: dict) -> str:
+  from transformer_jax.bench import report  # pylint: disable=g-import-not-at-top
   m = r["machine"]
   lines = ["# The flax WMT example's train step and ours, side by side", "",
            f"Date: {r['date']}  ", f"Command: `{r['command']}`  ",
            f"Machine: {m['cpu']}, {m['cores']} cores, jax {r['jax']} on {m['backend']}; load "
-           f"average {r['load_before'][0]:.2f} before, {r['load_after'][0]:.2f} after; peak "
+           f"average {r['load_before'][0]:.2f} before, {r['load_after'][0]:.2f} after, CPUs used "
+           f"by other processes {report.busy(r['others_busy_before'])} before and "
+           f"{report.busy(r['others_busy_after'])} after; peak "
            f"{r['peak_flops_per_s'] / 1e9:.1f} GFLOP/s (float32 2048x2048 jnp.dot, same run)", ""]
   if not r["idle"]:
     lines += ["**Not idle: other jobs shared the machine during this run.**", ""]
@@ -191,17 +207,18 @@ def markdown(r: dict) -> str:
             "weights and ReLU outputs, label smoothing 0.1, Adam(0.9, 0.98, 1e-9), the same batch "
             f"of random ids. Ours with `{','.join(r['ours_overrides'])}`. Model FLOPs = "
             "`metrics.train_flops` (3 x forward matmul FLOPs) for both; MFU against the peak above.",
-            "", "| batch | flax WMT s/step (median; min) | tok/s | MFU | transformer_jax s/step "
-            "(median; min) | tok/s | MFU | speed-up |", "|---|---|---|---|---|---|---|---|"]
+            "", "| batch | flax WMT s/step (median; min) | tok/s | MFU | ours: dropout PRNG | "
+            "s/step (median; min) | tok/s | MFU | speed-up |", "|---|---|---|---|---|---|---|---|---|"]
   for e in r["entries"]:
-    f, o = e["flax_wmt"], e["transformer_jax"]
-    lines.append(f"| {e['shape']} | {f['step_s']['median']:.3f}; {f['step_s']['min']:.3f} | "
-                 f"{f['target_tokens_per_s']:.0f} | {f['mfu']:.1%} | {o['step_s']['median']:.3f}; "
-                 f"{o['step_s']['min']:.3f} | {o['target_tokens_per_s']:.0f} | {o['mfu']:.1%} | "
-                 f"**{e['speedup']:.2f}x** |")
-  lines += ["", "Compile (flax: compile + first step; ours: compile only): " + ", ".join(
-      f"{e['shape']} {e['flax_wmt']['compile_and_first_step_s']:.1f} s / "
-      f"{e['transformer_jax']['compile_s']:.1f} s" for e in r["entries"]), ""]
+    f = e["flax_wmt"]
+    for o in e["transformer_jax"]:
+      lines.append(f"| {e['shape']} | {f['step_s']['median']:.3f}; {f['step_s']['min']:.3f} | "
+                   f"{f['target_tokens_per_s']:.0f} | {f['mfu']:.1%} | {o['variant']} | "
+                   f"{o['step_s']['median']:.3f}; {o['step_s']['min']:.3f} | "
+                   f"{o['target_tokens_per_s']:.0f} | {o['mfu']:.1%} | **{o['speedup']:.2f}x** |")
+  lines += ["", "Compile (flax: compile + first step; ours: compile only, per variant): " + ", ".join(
+      f"{e['shape']} {e['flax_wmt']['compile_and_first_step_s']:.1f} s / " + " and ".join(
+          f"{o['compile_s']:.1f} s" for o in e["transformer_jax"]) for e in r["entries"]), ""]
   return "\n".join(lines)
 
 
@@ -214,7 +231,8 @@ def main(argv):
     print("error: --flax_wmt_dir is required (a checkout of flax's examples/wmt)", file=sys.stderr)
     sys.exit(2)
   try:
-    r = run(_FLAX_WMT_DIR.value, _SHAPES.value, _STEPS.value, _WARMUP.value, _OURS_OVERRIDES.value)
+    r = run(_FLAX_WMT_DIR.value, _SHAPES.value, _STEPS.value, _WARMUP.value, _OURS_OVERRIDES.value,
+            _RBG.value)
   except (FileNotFoundError, *errors.USER_ERRORS) as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)

@@ -4,12 +4,19 @@ from __future__ import annotations
 
 from transformer_jax.bench.train_step import GOAL_SPEEDUP
 
+
+def busy(share) -> str:
+  return "n/a" if share is None else f"{share:.0%}"
+
+
 def markdown(r: dict) -> str:
   m = r["machine"]
   lines = ["# Benchmark: train step, decoding, input pipeline", "",
            f"Date: {r['date']}  ", f"Command: `{r['command']}`  ",
            f"Machine: {m['cpu']}, {m['cores']} cores, jax {m['jax']} on {m['backend']}; load "
-           f"average {r['load_before'][0]:.2f} before, {r['load_after'][0]:.2f} after", ""]
+           f"average {r['load_before'][0]:.2f} before, {r['load_after'][0]:.2f} after; "
+           f"{busy(r.get('others_busy_before'))} before and {busy(r.get('others_busy_after'))} "
+           "after of the CPUs used by other processes", ""]
   if not r["idle"]:
     lines += ["**Not idle: the machine was shared with other jobs during this run, so the "
               "times below are not representative (re-run when `uptime` shows a load < 0.5).**", ""]
@@ -22,7 +29,7 @@ def markdown(r: dict) -> str:
               "non-pad target tokens.", "",
               "| config | batch | dropout rng | compile s | step s (median; min) | target tok/s | "
               "model GFLOP/s | MFU | XLA/model FLOPs | step buffers (args+out+temp) | peak RSS | "
-              "vs flax WMT |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "vs issue #9's flax WMT figure |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for e in r["train"]:
       mem = e["memory"]
       buffers = sum(mem.get(k, 0) for k in ("argument_bytes", "output_bytes", "temp_bytes"))
@@ -46,8 +53,12 @@ def markdown(r: dict) -> str:
                      f"{h['while_loops']} while loops, {h['copies']} copies "
                      f"({h['copied_bytes'] / 2**20:.0f} MiB)")
     lines += ["", f"Goal (issue #9): base >= {GOAL_SPEEDUP}x the flax WMT example's target tokens/s "
-              "(8x128: 185, 32x128: 174 tokens/s measured here), i.e. MFU >= 65%. Peak RSS is the "
-              "process's high-water mark after each entry (entries run in the order shown).", ""]
+              "at equal configuration, i.e. MFU >= 65%. The last column divides by the figures "
+              "issue #9 reports for the flax example (8x128: 185, 32x128: 174 tokens/s); run side "
+              "by side on the same machine today the example is faster than that: "
+              "`python -m experiments.bench_flax_wmt` (experiments/results/bench_flax_wmt.md). "
+              "Peak RSS is the process's high-water mark after each entry (entries run in the "
+              "order shown).", ""]
   profiled = [e for e in (r["train"] or []) if e.get("profile")]
   if profiled:
     lines += ["## Where the train step's time goes", "",

@@ -42,6 +42,31 @@ class Options:
   command: str = "python -m transformer_jax.bench"
 
 
+def others_busy(seconds: float = 2.0) -> float | None:
+  """Share of all CPUs busy over `seconds` while this process sleeps, i.e. used by other
+  processes (Linux /proc/stat; None elsewhere). Unlike the load average it does not lag: a job
+  that just ended does not count."""
+  def sample():
+    with open("/proc/stat") as f:
+      v = [int(x) for x in f.readline().split()[1:]]
+    return sum(v), v[3] + v[4]  # total, idle + iowait
+  try:
+    total0, idle0 = sample()
+    time.sleep(seconds)
+    total1, idle1 = sample()
+  except (OSError, ValueError, IndexError):
+    return None
+  return 1.0 - (idle1 - idle0) / max(total1 - total0, 1)
+
+
+def idle_check(busy_before, busy_after, load_before, load_after) -> bool:
+  """Idle: other processes used < 10% of the CPUs just before and just after the run (the load
+  average, < 0.5, where /proc/stat is not available)."""
+  if busy_before is not None and busy_after is not None:
+    return max(busy_before, busy_after) < 0.10
+  return max(load_before[0], load_after[0]) < 0.5
+
+
 def machine() -> dict:
   from experiments import bench_decode as bd  # pylint: disable=g-import-not-at-top
   return bd.machine()
@@ -58,11 +83,11 @@ def run(opts: Options) -> dict:
     for name, shape in entries:
       train_step.apply_overrides(train_step.train_config(name)[0], opts.overrides)
       train_step.parse_shape(shape)
-  load_before = os.getloadavg()
+  busy_before, load_before = others_busy(), os.getloadavg()
   result = {"schema_version": SCHEMA_VERSION,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "command": opts.command, "machine": machine(), "parts": parts,
-            "load_before": list(load_before), "train": None, "decode": None, "data": None,
+            "load_before": list(load_before), "others_busy_before": busy_before, "train": None, "decode": None, "data": None,
             "peak": None}
   if "train" in parts:
     dtype = np.dtype(ModelConfig.from_config(train_step.train_config(entries[0][0])[0].model).dtype)
@@ -87,7 +112,9 @@ def run(opts: Options) -> dict:
     print("data ...", flush=True)
     result["data"] = input_pipeline.measure(opts)
   result["load_after"] = list(os.getloadavg())
-  result["idle"] = max(load_before[0], result["load_after"][0]) < 0.5
+  result["others_busy_after"] = others_busy()
+  result["idle"] = idle_check(busy_before, result["others_busy_after"], load_before,
+                              result["load_after"])
   return result
 
 
