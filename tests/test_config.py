@@ -32,3 +32,18 @@ def test_widths_that_split_evenly_pass(mesh, model):
   c.mesh.update(mesh)
   c.model.update(model)
   assert validate(c) is c
+
+
+def test_sharded_dims_follow_the_sharding_rules():
+  """config.SHARDED_DIMS restates which widths sharding.LOGICAL_RULES splits; they must agree."""
+  from transformer_jax import sharding  # pylint: disable=g-import-not-at-top
+  width_of = {"vocab": "vocab_size", "heads": "num_heads", "mlp": "d_ff", "embed": "d_model",
+              "kv": "d_k", "pos": "max_len"}
+  split = {}
+  for logical, mesh_axes in sharding.LOGICAL_RULES:
+    axes = mesh_axes if isinstance(mesh_axes, tuple) else (mesh_axes,)
+    for axis in axes:
+      if axis in ("tensor", "fsdp") and logical in width_of:
+        split.setdefault(axis, set()).add(width_of[logical])
+  from transformer_jax.config import SHARDED_DIMS  # pylint: disable=g-import-not-at-top
+  assert split == {axis: set(names) for axis, _, names in SHARDED_DIMS}
