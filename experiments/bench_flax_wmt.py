@@ -144,7 +144,6 @@ def time_flax_step(models, train, rows: int, length: int, steps: int, warmup: in
 
 
 def run(folder: str, shapes, steps: int, warmup: int, ours_overrides, rbg_variant=True) -> dict:
-  import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   from transformer_jax import metrics  # pylint: disable=g-import-not-at-top
   from transformer_jax.bench import runner, train_step as ours  # pylint: disable=g-import-not-at-top
@@ -152,13 +151,12 @@ def run(folder: str, shapes, steps: int, warmup: int, ours_overrides, rbg_varian
   variants = [("threefry (as flax)", list(ours_overrides))]
   if rbg_variant:
     variants.append(("rbg", list(ours_overrides) + ["train.dropout_rng_impl=rbg"]))
-  for _, overrides in variants:  # mistakes are reported before anything is timed
-    ours.apply_overrides(ours.train_config("base")[0], overrides)
-  config = ours.train_config("base")[0]
-  ours.apply_overrides(config, ours_overrides)
-  cfg = ModelConfig.from_config(config.model)
+  configs = [ours.train_config("base")[0] for _ in variants]
+  for config, (_, overrides) in zip(configs, variants):  # mistakes: before anything is timed
+    ours.apply_overrides(config, overrides)
+  cfg = ModelConfig.from_config(configs[0].model)  # the variants differ only in the dropout PRNG
   models, train = load_flax_wmt(folder)
-  busy_before, load_before = runner.others_busy(), os.getloadavg()
+  before = runner.machine_load()
   peak = metrics.measure_peak_flops(np.dtype("float32"))
   print(f"peak (float32 2048^2 jnp.dot): {peak / 1e9:.1f} GFLOP/s", flush=True)
   entries = []
@@ -181,28 +179,18 @@ def run(folder: str, shapes, steps: int, warmup: int, ours_overrides, rbg_varian
       mine.append(e)
     entries.append({"shape": shape, "model_flops_per_step": flops, "flax_wmt": theirs,
                     "transformer_jax": mine})
-  busy_after, load_after = runner.others_busy(), os.getloadavg()
+  after = runner.machine_load()
   return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
           "command": "python -m experiments.bench_flax_wmt " + " ".join(sys.argv[1:]),
-          "machine": runner.machine(), "jax": jax.__version__,
-          "load_before": list(load_before), "load_after": list(load_after),
-          "others_busy_before": busy_before, "others_busy_after": busy_after,
-          "idle": runner.idle_check(busy_before, busy_after, load_before, load_after),
+          "machine": runner.machine(), **runner.idle_record(before, after),
           "peak_flops_per_s": peak, "ours_overrides": list(ours_overrides), "entries": entries}
 
 
 def markdown(r: dict) -> str:
   from transformer_jax.bench import report  # pylint: disable=g-import-not-at-top
-  m = r["machine"]
-  lines = ["# The flax WMT example's train step and ours, side by side", "",
-           f"Date: {r['date']}  ", f"Command: `{r['command']}`  ",
-           f"Machine: {m['cpu']}, {m['cores']} cores, jax {r['jax']} on {m['backend']}; load "
-           f"average {r['load_before'][0]:.2f} before, {r['load_after'][0]:.2f} after, CPUs used "
-           f"by other processes {report.busy(r['others_busy_before'])} before and "
-           f"{report.busy(r['others_busy_after'])} after; peak "
-           f"{r['peak_flops_per_s'] / 1e9:.1f} GFLOP/s (float32 2048x2048 jnp.dot, same run)", ""]
-  if not r["idle"]:
-    lines += ["**Not idle: other jobs shared the machine during this run.**", ""]
+  lines = report.header("The flax WMT example's train step and ours, side by side", r)
+  lines += [f"Peak: {r['peak_flops_per_s'] / 1e9:.1f} GFLOP/s (float32 2048x2048 jnp.dot, same "
+            "run).", ""]
   lines += ["Both at base size, vocabulary 32000 shared, fp32, dropout 0.1 on residuals, attention "
             "weights and ReLU outputs, label smoothing 0.1, Adam(0.9, 0.98, 1e-9), the same batch "
             f"of random ids. Ours with `{','.join(r['ours_overrides'])}`. Model FLOPs = "

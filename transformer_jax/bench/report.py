@@ -5,21 +5,27 @@ from __future__ import annotations
 from transformer_jax.bench.train_step import GOAL_SPEEDUP
 
 
-def busy(share) -> str:
+def _busy(share) -> str:
   return "n/a" if share is None else f"{share:.0%}"
 
 
-def markdown(r: dict) -> str:
+def header(title: str, r: dict) -> list[str]:
+  """Title, date, command, machine and its load (runner.idle_record), and a warning when it was
+  not idle."""
   m = r["machine"]
-  lines = ["# Benchmark: train step, decoding, input pipeline", "",
-           f"Date: {r['date']}  ", f"Command: `{r['command']}`  ",
+  lines = [f"# {title}", "", f"Date: {r['date']}  ", f"Command: `{r['command']}`  ",
            f"Machine: {m['cpu']}, {m['cores']} cores, jax {m['jax']} on {m['backend']}; load "
            f"average {r['load_before'][0]:.2f} before, {r['load_after'][0]:.2f} after; "
-           f"{busy(r.get('others_busy_before'))} before and {busy(r.get('others_busy_after'))} "
+           f"{_busy(r.get('others_busy_before'))} before and {_busy(r.get('others_busy_after'))} "
            "after of the CPUs used by other processes", ""]
   if not r["idle"]:
     lines += ["**Not idle: the machine was shared with other jobs during this run, so the "
-              "times below are not representative (re-run when `uptime` shows a load < 0.5).**", ""]
+              "times below are not representative (re-run when no other job runs).**", ""]
+  return lines
+
+
+def markdown(r: dict) -> str:
+  lines = header("Benchmark: train step, decoding, input pipeline", r)
   if r["train"]:
     p = r["peak"]
     lines += ["## Train step", "",

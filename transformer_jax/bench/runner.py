@@ -59,12 +59,21 @@ def others_busy(seconds: float = 2.0) -> float | None:
   return 1.0 - (idle1 - idle0) / max(total1 - total0, 1)
 
 
-def idle_check(busy_before, busy_after, load_before, load_after) -> bool:
-  """Idle: other processes used < 10% of the CPUs just before and just after the run (the load
-  average, < 0.5, where /proc/stat is not available)."""
-  if busy_before is not None and busy_after is not None:
-    return max(busy_before, busy_after) < 0.10
-  return max(load_before[0], load_after[0]) < 0.5
+def machine_load() -> dict:
+  """The load average and the CPU share of other processes (others_busy), now."""
+  return {"load": list(os.getloadavg()), "others_busy": others_busy()}
+
+
+def idle_record(before: dict, after: dict) -> dict:
+  """The result's load_before/after, others_busy_before/after and `idle`: other processes used
+  < 10% of the CPUs just before and just after the run (the load average, < 0.5, where
+  /proc/stat is not available)."""
+  if before["others_busy"] is not None and after["others_busy"] is not None:
+    idle = max(before["others_busy"], after["others_busy"]) < 0.10
+  else:
+    idle = max(before["load"][0], after["load"][0]) < 0.5
+  return {"load_before": before["load"], "others_busy_before": before["others_busy"],
+          "load_after": after["load"], "others_busy_after": after["others_busy"], "idle": idle}
 
 
 def machine() -> dict:
@@ -83,11 +92,11 @@ def run(opts: Options) -> dict:
     for name, shape in entries:
       train_step.apply_overrides(train_step.train_config(name)[0], opts.overrides)
       train_step.parse_shape(shape)
-  busy_before, load_before = others_busy(), os.getloadavg()
+  before = machine_load()
   result = {"schema_version": SCHEMA_VERSION,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "command": opts.command, "machine": machine(), "parts": parts,
-            "load_before": list(load_before), "others_busy_before": busy_before, "train": None, "decode": None, "data": None,
+            "train": None, "decode": None, "data": None,
             "peak": None}
   if "train" in parts:
     dtype = np.dtype(ModelConfig.from_config(train_step.train_config(entries[0][0])[0].model).dtype)
@@ -111,10 +120,7 @@ def run(opts: Options) -> dict:
   if "data" in parts:
     print("data ...", flush=True)
     result["data"] = input_pipeline.measure(opts)
-  result["load_after"] = list(os.getloadavg())
-  result["others_busy_after"] = others_busy()
-  result["idle"] = idle_check(busy_before, result["others_busy_after"], load_before,
-                              result["load_after"])
+  result.update(idle_record(before, machine_load()))
   return result
 
 
