@@ -99,7 +99,7 @@ def test_markdown_report(result):
 def test_categories_follow_the_source_of_each_operation():
   c = hlo_profile.category
   assert c("jit(train_step)/jvp(Transformer)/Transformer.decode/decoder/shared_embedding.attend/"
-           "bld,vd->blv/dot_general") == "vocabulary projection (matmul)"
+           "vocab_projection/dot_general") == "vocabulary projection (matmul)"
   assert c("jit(train_step)/transpose(jvp(Transformer))/Transformer.encode/encoder/layer_0/"
            "attention_block/self_attention/btnk,bsnk->bnts/dot_general").startswith("attention QK")
   assert c("x/encoder/layer_1/ffn_block/ffn/wi/dot_general") == "FFN (matmul)"

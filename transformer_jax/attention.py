@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from transformer_jax.config import ModelConfig
+from transformer_jax.matmul import rows_matmul
 
 _NEG_INF = -1e30  # large and finite: exp() underflows to exactly 0 in float32
 
@@ -78,7 +79,10 @@ class MultiHeadAttention(nn.Module):
     w_DxNxK = self.param(
         name, nn.with_logical_partitioning(_proj_init(0, (1, 2)), ("embed", "heads", "kv")),
         (cfg.d_model, cfg.num_heads, size), jnp.float32)
-    return jnp.einsum("bld,dnk->blnk", x_BxLxD.astype(cfg.dtype), w_DxNxK.astype(cfg.dtype))
+    w_DxH = w_DxNxK.astype(cfg.dtype).reshape(cfg.d_model, cfg.num_heads * size)
+    with jax.named_scope("projection"):
+      out_BxLxH = rows_matmul(x_BxLxD.astype(cfg.dtype), w_DxH)
+    return out_BxLxH.reshape(*x_BxLxD.shape[:2], cfg.num_heads, size)
 
   def _keys_values(self, x_kv_BxSxD):
     cfg = self.config
@@ -113,7 +117,10 @@ class MultiHeadAttention(nn.Module):
     w_NxVxD = self.param(
         "out", nn.with_logical_partitioning(_proj_init((0, 1), 2), ("heads", "kv", "embed")),
         (cfg.num_heads, cfg.d_v, cfg.d_model), jnp.float32)
-    out_BxTxD = jnp.einsum("btnv,nvd->btd", out_BxTxNxV, w_NxVxD.astype(cfg.dtype))
+    batch, length = out_BxTxNxV.shape[:2]
+    out_BxTxH = out_BxTxNxV.reshape(batch, length, cfg.num_heads * cfg.d_v)
+    with jax.named_scope("out_projection"):
+      out_BxTxD = rows_matmul(out_BxTxH, w_NxVxD.astype(cfg.dtype).reshape(-1, cfg.d_model))
     return nn.with_logical_constraint(out_BxTxD, ("batch", "length", "embed"))
 
   def _cross_cache(self, x_kv_BxSxD):

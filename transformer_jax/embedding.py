@@ -7,9 +7,11 @@ embedding and the pre-softmax projection, with the embeddings multiplied by sqrt
 from __future__ import annotations
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 
 from transformer_jax.config import ModelConfig
+from transformer_jax.matmul import rows_matmul
 
 
 class Embedding(nn.Module):
@@ -33,5 +35,6 @@ class Embedding(nn.Module):
 
   def attend(self, x_BxLxD: jnp.ndarray) -> jnp.ndarray:
     cfg = self.config
-    return jnp.einsum("bld,vd->blv", x_BxLxD.astype(cfg.dtype), self.table_VxD.astype(cfg.dtype),
-                      preferred_element_type=jnp.float32)
+    with jax.named_scope("vocab_projection"):
+      return rows_matmul(x_BxLxD.astype(cfg.dtype), self.table_VxD.astype(cfg.dtype).T,
+                         preferred_element_type=jnp.float32)

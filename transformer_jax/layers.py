@@ -31,18 +31,23 @@ class FeedForward(nn.Module):
   def __call__(self, x_BxLxD, deterministic=True):
     cfg = self.config
     init = nn.initializers.xavier_uniform()
-    h_BxLxF = nn.Dense(
+    batch, length, _ = x_BxLxD.shape
+    # Dense over B*L rows: 2-D matmuls, whose weight gradients need no transposed copy (matmul.py).
+    h_RxF = nn.Dense(
         cfg.d_ff, dtype=cfg.dtype, param_dtype=jnp.float32, name="wi",
         kernel_init=nn.with_logical_partitioning(init, ("embed", "mlp")),
-        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("mlp",)))(x_BxLxD)
-    h_BxLxF = nn.relu(h_BxLxF)
+        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("mlp",)))(
+            x_BxLxD.reshape(batch * length, -1))
+    h_BxLxF = nn.relu(h_RxF).reshape(batch, length, cfg.d_ff)
     h_BxLxF = nn.with_logical_constraint(h_BxLxF, ("batch", "length", "mlp"))
     h_BxLxF = nn.Dropout(cfg.relu_dropout_rate)(h_BxLxF, deterministic=deterministic)
-    out_BxLxD = nn.Dense(
+    out_RxD = nn.Dense(
         cfg.d_model, dtype=cfg.dtype, param_dtype=jnp.float32, name="wo",
         kernel_init=nn.with_logical_partitioning(init, ("mlp", "embed")),
-        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)))(h_BxLxF)
-    return nn.with_logical_constraint(out_BxLxD, ("batch", "length", "embed"))
+        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)))(
+            h_BxLxF.reshape(batch * length, cfg.d_ff))
+    return nn.with_logical_constraint(out_RxD.reshape(batch, length, cfg.d_model),
+                                      ("batch", "length", "embed"))
 
 
 class SublayerConnection(nn.Module):

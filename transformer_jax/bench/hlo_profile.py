@@ -23,10 +23,10 @@ import numpy as np
 _CATEGORIES = (  # (category, predicate on the op_name metadata); the first match wins
     ("dropout RNG + mask", lambda s: any(k in s for k in ("Dropout", "bernoulli", "_uniform",
                                                           "threefry", "random_bits", "fold_in"))),
-    ("vocabulary projection (matmul)", lambda s: "bld,vd->blv" in s),
+    ("vocabulary projection (matmul)", lambda s: "vocab_projection" in s),
     ("attention QK^T and AV (matmul)", lambda s: "btnk,bsnk->bnts" in s or "bnts,bsnv->btnv" in s),
     ("attention Q/K/V/output projections (matmul)",
-     lambda s: "bld,dnk->blnk" in s or "btnv,nvd->btd" in s),
+     lambda s: "projection/" in s),
     ("FFN (matmul)", lambda s: "/ffn/" in s and ("dot_general" in s or "/transpose" in s)),
     ("attention softmax + masks", lambda s: "attention" in s and any(
         k in s for k in ("softmax", "exp", "reduce_max", "select", "where", "div", "sub"))),
