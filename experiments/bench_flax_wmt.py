@@ -3,7 +3,7 @@
 Run from the repository root, with a checkout of flax's examples/wmt (not part of this repo):
   git clone --depth 1 https://github.com/google/flax /tmp/flax
   python -m experiments.bench_flax_wmt --flax_wmt_dir=/tmp/flax/examples/wmt
-Writes experiments/results/bench_flax_wmt.{json,md}; about 6 minutes on 2 CPU cores.
+Writes experiments/results/bench_flax_wmt.{json,md}; about 10 minutes on 2 CPU cores.
 
 The flax step is theirs, unchanged: `train.train_step` from their train.py with `models.py`, set
 up as their `train_and_evaluate` does (`models.TransformerConfig`, `jax.jit(m.init)` with the
@@ -46,7 +46,8 @@ from absl import app, flags
 _FLAX_WMT_DIR = flags.DEFINE_string("flax_wmt_dir", None,
                                     "folder with flax's examples/wmt models.py and train.py")
 _SHAPES = flags.DEFINE_list("shapes", ["8x128", "32x128"], "batch shapes ROWSxLENGTH")
-_STEPS = flags.DEFINE_integer("steps", 3, "timed steps per entry", lower_bound=1)
+_STEPS = flags.DEFINE_integer("steps", 5, "rounds of timed steps (one step of each side per round)",
+                             lower_bound=1)
 _WARMUP = flags.DEFINE_integer("warmup", 1, "untimed steps after compiling", lower_bound=0)
 _OURS_OVERRIDES = flags.DEFINE_list(
     "ours_overrides", ["model.attention_dropout_rate=0.1", "model.relu_dropout_rate=0.1"],
@@ -86,61 +87,82 @@ def load_flax_wmt(folder: str):
       sys.modules.pop(name, None)
 
 
-def time_flax_step(models, train, rows: int, length: int, steps: int, warmup: int) -> dict:
-  """Their step at base size on our synthetic batch: compile+first step, then median/min."""
-  import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  import optax  # pylint: disable=g-import-not-at-top
-  from flax import jax_utils, linen as nn  # pylint: disable=g-import-not-at-top
-  from flax.training import common_utils  # pylint: disable=g-import-not-at-top
-  from transformer_jax.bench import train_step as ours  # pylint: disable=g-import-not-at-top
+class FlaxStepper:
+  """Their step at base size on our synthetic batch, set up as their train_and_evaluate does; one
+  timed step per call (the first call compiles)."""
 
-  train_config = models.TransformerConfig(
-      vocab_size=32000, output_vocab_size=32000, share_embeddings=True,
-      logits_via_embedding=True, dtype=jnp.float32, emb_dim=512, num_heads=8, num_layers=6,
-      qkv_dim=512, mlp_dim=2048, max_len=256, dropout_rate=0.1, attention_dropout_rate=0.1,
-      deterministic=False, decode=False, kernel_init=nn.initializers.xavier_uniform(),
-      bias_init=nn.initializers.normal(stddev=1e-6))
-  eval_config = train_config.replace(deterministic=True)
-  rng, init_rng = jax.random.split(jax.random.key(0))
-  m = models.Transformer(eval_config)
-  variables = jax.jit(m.init)(init_rng, jnp.ones((rows, length), jnp.float32),
-                              jnp.ones((rows, length), jnp.float32))
-  learning_rate_fn = train.create_learning_rate_schedule(learning_rate=0.002, warmup_steps=1000)
-  state = train.TrainState.create(
-      apply_fn=m.apply, params=variables["params"],
-      tx=optax.adamw(learning_rate=learning_rate_fn, b1=0.9, b2=0.98, eps=1e-9, weight_decay=0.0),
-      dynamic_scale=None)
-  del variables
-  state = jax_utils.replicate(state)
-  p_train_step = jax.pmap(
-      functools.partial(train.train_step, config=train_config, learning_rate_fn=learning_rate_fn,
-                        label_smoothing=0.1),
-      axis_name="batch", donate_argnums=(0,))
-  dropout_rngs = jax.random.split(rng, jax.local_device_count())
-  config, _ = ours.train_config("base")
-  batch = ours.synthetic_batch(config, rows, length)
-  sharded = common_utils.shard(jax.tree_util.tree_map(np.asarray, batch))
-  samples, losses = [], []
-  t = time.perf_counter()
-  for i in range(1 + warmup + steps):
-    state, metrics = p_train_step(state, sharded, dropout_rng=dropout_rngs)
-    jax.block_until_ready((state, metrics))
-    now = time.perf_counter()
-    if i == 0:
-      compile_and_first = now - t
-    elif i > warmup:
-      samples.append(now - t)
-    losses.append(float(metrics["loss"][0]) / float(metrics["denominator"][0]))
+  def __init__(self, models, train, rows: int, length: int):
+    import jax  # pylint: disable=g-import-not-at-top
+    import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+    import numpy as np  # pylint: disable=g-import-not-at-top
+    import optax  # pylint: disable=g-import-not-at-top
+    from flax import jax_utils, linen as nn  # pylint: disable=g-import-not-at-top
+    from flax.training import common_utils  # pylint: disable=g-import-not-at-top
+    from transformer_jax.bench import train_step as ours  # pylint: disable=g-import-not-at-top
+
+    train_config = models.TransformerConfig(
+        vocab_size=32000, output_vocab_size=32000, share_embeddings=True,
+        logits_via_embedding=True, dtype=jnp.float32, emb_dim=512, num_heads=8, num_layers=6,
+        qkv_dim=512, mlp_dim=2048, max_len=256, dropout_rate=0.1, attention_dropout_rate=0.1,
+        deterministic=False, decode=False, kernel_init=nn.initializers.xavier_uniform(),
+        bias_init=nn.initializers.normal(stddev=1e-6))
+    eval_config = train_config.replace(deterministic=True)
+    rng, init_rng = jax.random.split(jax.random.key(0))
+    m = models.Transformer(eval_config)
+    variables = jax.jit(m.init)(init_rng, jnp.ones((rows, length), jnp.float32),
+                                jnp.ones((rows, length), jnp.float32))
+    learning_rate_fn = train.create_learning_rate_schedule(learning_rate=0.002, warmup_steps=1000)
+    state = train.TrainState.create(
+        apply_fn=m.apply, params=variables["params"],
+        tx=optax.adamw(learning_rate=learning_rate_fn, b1=0.9, b2=0.98, eps=1e-9, weight_decay=0.0),
+        dynamic_scale=None)
+    del variables
+    self.state = jax_utils.replicate(state)
+    self.p_train_step = jax.pmap(
+        functools.partial(train.train_step, config=train_config, learning_rate_fn=learning_rate_fn,
+                          label_smoothing=0.1),
+        axis_name="batch", donate_argnums=(0,))
+    self.dropout_rngs = jax.random.split(rng, jax.local_device_count())
+    config, _ = ours.train_config("base")
+    self.batch = ours.synthetic_batch(config, rows, length)
+    self.sharded = common_utils.shard(jax.tree_util.tree_map(np.asarray, self.batch))
+    self.losses = []
+
+  def __call__(self) -> float:
+    import jax  # pylint: disable=g-import-not-at-top
     t = time.perf_counter()
-  median = statistics.median(samples)
-  tokens = int((batch["targets"] != 0).sum())
-  return {"compile_and_first_step_s": compile_and_first,
-          "step_s": {"median": median, "min": min(samples), "samples": samples},
-          "target_tokens_per_step": tokens, "target_tokens_per_s": tokens / median,
-          "loss_first_last": [losses[0], losses[-1]],
-          "finite": bool(np.all(np.isfinite(losses)))}
+    self.state, metrics = self.p_train_step(self.state, self.sharded,
+                                            dropout_rng=self.dropout_rngs)
+    jax.block_until_ready((self.state, metrics))
+    seconds = time.perf_counter() - t
+    self.losses.append(float(metrics["loss"][0]) / float(metrics["denominator"][0]))
+    return seconds
+
+  def entry(self, compile_and_first: float, samples) -> dict:
+    import numpy as np  # pylint: disable=g-import-not-at-top
+    median = statistics.median(samples)
+    tokens = int((self.batch["targets"] != 0).sum())
+    return {"compile_and_first_step_s": compile_and_first,
+            "step_s": {"median": median, "min": min(samples), "samples": list(samples)},
+            "target_tokens_per_step": tokens, "target_tokens_per_s": tokens / median,
+            "loss_first_last": [self.losses[0], self.losses[-1]],
+            "finite": bool(np.all(np.isfinite(self.losses)))}
+
+
+def time_interleaved(steppers, steps: int, warmup: int) -> list[list[float]]:
+  """Warm-up steps for each stepper, then `steps` rounds of one timed step each, in turn.
+
+  Interleaving puts every stepper's samples in the same stretches of time, so a drift of the
+  machine's speed (a few % to 15% on a shared VM) does not land on one side only.
+  """
+  for stepper in steppers:
+    for _ in range(warmup):
+      stepper()
+  samples = [[] for _ in steppers]
+  for _ in range(steps):
+    for stepper, out in zip(steppers, samples):
+      out.append(stepper())
+  return samples
 
 
 def run(folder: str, shapes, steps: int, warmup: int, ours_overrides, rbg_variant=True) -> dict:
@@ -163,27 +185,38 @@ def run(folder: str, shapes, steps: int, warmup: int, ours_overrides, rbg_varian
   for shape in shapes:
     rows, length = ours.parse_shape(shape)
     flops = metrics.train_flops(cfg, rows, length, length)
-    print(f"{shape}: flax WMT example ...", flush=True)
-    theirs = time_flax_step(models, train, rows, length, steps, warmup)
-    theirs["mfu"] = flops / theirs["step_s"]["median"] / peak
-    print(f"  {theirs['step_s']['median']:.3f} s/step, {theirs['target_tokens_per_s']:.0f} tok/s, "
-          f"MFU {theirs['mfu']:.1%}", flush=True)
-    mine = []
-    for name, overrides in variants:
-      print(f"{shape}: transformer_jax, dropout PRNG {name} ...", flush=True)
-      e = ours.measure("base", shape, steps, warmup, overrides, peak)
+    print(f"{shape}: compiling the flax WMT example's step and ours "
+          f"({', '.join(name for name, _ in variants)}) ...", flush=True)
+    theirs = FlaxStepper(models, train, rows, length)
+    compile_and_first = theirs()
+    mine = [ours.Stepper("base", shape, overrides) for _, overrides in variants]
+    print(f"{shape}: {warmup} warm-up step(s) each, then {steps} rounds of one step each ...",
+          flush=True)
+    samples = time_interleaved([theirs, *mine], steps, warmup)
+    flax_entry = theirs.entry(compile_and_first, samples[0])
+    flax_entry["mfu"] = flops / flax_entry["step_s"]["median"] / peak
+    print(f"  flax WMT: {flax_entry['step_s']['median']:.3f} s/step, "
+          f"{flax_entry['target_tokens_per_s']:.0f} tok/s, MFU {flax_entry['mfu']:.1%}", flush=True)
+    del theirs
+    entries_ours = []
+    for (name, _), stepper, own in zip(variants, mine, samples[1:]):
+      e = stepper.entry(own, warmup, peak)
+      stepper.close()
       e["variant"] = name
-      e["speedup"] = e["target_tokens_per_s"] / theirs["target_tokens_per_s"]
-      print(f"  {e['step_s']['median']:.3f} s/step, {e['target_tokens_per_s']:.0f} tok/s, "
-            f"MFU {e['mfu']:.1%}, {e['speedup']:.2f}x", flush=True)
-      mine.append(e)
-    entries.append({"shape": shape, "model_flops_per_step": flops, "flax_wmt": theirs,
-                    "transformer_jax": mine})
+      e["speedup"] = e["target_tokens_per_s"] / flax_entry["target_tokens_per_s"]
+      e["speedup_per_round"] = [f / o for f, o in zip(samples[0], own)]
+      print(f"  ours, {name}: {e['step_s']['median']:.3f} s/step, "
+            f"{e['target_tokens_per_s']:.0f} tok/s, MFU {e['mfu']:.1%}, {e['speedup']:.2f}x "
+            f"(per round: {', '.join(f'{x:.2f}' for x in e['speedup_per_round'])})", flush=True)
+      entries_ours.append(e)
+    entries.append({"shape": shape, "model_flops_per_step": flops, "flax_wmt": flax_entry,
+                    "transformer_jax": entries_ours})
   after = runner.machine_load()
   return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
           "command": "python -m experiments.bench_flax_wmt " + " ".join(sys.argv[1:]),
           "machine": runner.machine(), **runner.idle_record(before, after),
-          "peak_flops_per_s": peak, "ours_overrides": list(ours_overrides), "entries": entries}
+          "peak_flops_per_s": peak, "ours_overrides": list(ours_overrides),
+          "interleaved": True, "warmup_steps": warmup, "entries": entries}
 
 
 def markdown(r: dict) -> str:
@@ -194,16 +227,21 @@ def markdown(r: dict) -> str:
   lines += ["Both at base size, vocabulary 32000 shared, fp32, dropout 0.1 on residuals, attention "
             "weights and ReLU outputs, label smoothing 0.1, Adam(0.9, 0.98, 1e-9), the same batch "
             f"of random ids. Ours with `{','.join(r['ours_overrides'])}`. Model FLOPs = "
-            "`metrics.train_flops` (3 x forward matmul FLOPs) for both; MFU against the peak above.",
+            "`metrics.train_flops` (3 x forward matmul FLOPs) for both; MFU against the peak above. "
+            f"After {r['warmup_steps']} warm-up step(s) each, the steps are timed in rounds of one "
+            "step of each, in turn, so that a drift of the machine's speed hits both alike; "
+            "'per round' is the range of flax's step time over ours within a round.",
             "", "| batch | flax WMT s/step (median; min) | tok/s | MFU | ours: dropout PRNG | "
-            "s/step (median; min) | tok/s | MFU | speed-up |", "|---|---|---|---|---|---|---|---|---|"]
+            "s/step (median; min) | tok/s | MFU | speed-up (medians) | per round |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
   for e in r["entries"]:
     f = e["flax_wmt"]
     for o in e["transformer_jax"]:
       lines.append(f"| {e['shape']} | {f['step_s']['median']:.3f}; {f['step_s']['min']:.3f} | "
                    f"{f['target_tokens_per_s']:.0f} | {f['mfu']:.1%} | {o['variant']} | "
                    f"{o['step_s']['median']:.3f}; {o['step_s']['min']:.3f} | "
-                   f"{o['target_tokens_per_s']:.0f} | {o['mfu']:.1%} | **{o['speedup']:.2f}x** |")
+                   f"{o['target_tokens_per_s']:.0f} | {o['mfu']:.1%} | **{o['speedup']:.2f}x** | "
+                   f"{min(o['speedup_per_round']):.2f}-{max(o['speedup_per_round']):.2f}x |")
   lines += ["", "Compile (flax: compile + first step; ours: compile only, per variant): " + ", ".join(
       f"{e['shape']} {e['flax_wmt']['compile_and_first_step_s']:.1f} s / " + " and ".join(
           f"{o['compile_s']:.1f} s" for o in e["transformer_jax"]) for e in r["entries"]), ""]

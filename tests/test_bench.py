@@ -156,3 +156,20 @@ def test_side_by_side_needs_the_flax_example(tmp_path):
   assert p.returncode == 2, p.stderr
   assert p.stderr.strip() == (f"error: --flax_wmt_dir={tmp_path}: no models.py (expected flax's "
                               "examples/wmt)"), p.stderr
+
+
+def test_side_by_side_interleaves_the_timed_steps():
+  """Warm-up steps first, then rounds of one step of each side in turn, each timed alone."""
+  from experiments import bench_flax_wmt
+  calls = []
+
+  def stepper(name, seconds):
+    def run():
+      calls.append(name)
+      return seconds
+    return run
+
+  samples = bench_flax_wmt.time_interleaved([stepper("flax", 3.0), stepper("ours", 2.0)],
+                                            steps=3, warmup=1)
+  assert calls == ["flax", "ours"] + ["flax", "ours"] * 3
+  assert samples == [[3.0] * 3, [2.0] * 3]

@@ -137,59 +137,88 @@ def _xla_flops(compiled) -> float | None:
   return float(cost["flops"]) if cost and "flops" in cost else None
 
 
-def measure(name: str, shape: str, steps: int, warmup: int, overrides: Sequence[str],
-                      peak: float | None, profile: bool = False) -> dict:
-  config, description = train_config(name)
-  applied = apply_overrides(config, overrides)
-  rows, length = parse_shape(shape)
-  model_cfg = ModelConfig.from_config(config.model)
-  mesh = sharding.make_mesh(config.mesh)
-  _, state_sh = step.state_shardings(config, mesh)
-  state = step.create_state(config, mesh)
-  batch = synthetic_batch(config, rows, length)
-  batch = jax.device_put(batch, sharding.batch_sharding(mesh))
-  fn = step.jit_train_step(config, mesh, state_sh)
-  t = time.perf_counter()
-  with sharding.mesh_context(mesh):
-    compiled = fn.jitted.lower(state, batch).compile()
-  compile_s = time.perf_counter() - t
-  samples, losses = [], []
-  for i in range(warmup + steps):
+class Stepper:
+  """One compiled train step of a named config on a synthetic batch, run one timed step per call.
+
+  The flax side-by-side interleaves the steps of several steppers, so that a drift in the
+  machine's speed hits all of them alike.
+  """
+
+  def __init__(self, name: str, shape: str, overrides: Sequence[str]):
+    config, self.description = train_config(name)
+    self.name, self.shape, self.config = name, shape, config
+    self.applied = apply_overrides(config, overrides)
+    self.rows, self.length = parse_shape(shape)
+    self.model_cfg = ModelConfig.from_config(config.model)
+    mesh = sharding.make_mesh(config.mesh)
+    _, state_sh = step.state_shardings(config, mesh)
+    self.state = step.create_state(config, mesh)
+    self.batch = jax.device_put(synthetic_batch(config, self.rows, self.length),
+                                sharding.batch_sharding(mesh))
+    fn = step.jit_train_step(config, mesh, state_sh)
     t = time.perf_counter()
-    state, m = compiled(state, batch)
-    jax.block_until_ready((state, m))
-    if i >= warmup:
-      samples.append(time.perf_counter() - t)
-    losses.append(float(m["loss_sum"]) / max(float(m["tokens"]), 1.0))
-  tokens = int((np.asarray(batch["targets"]) != 0).sum())
-  flops = metrics.train_flops(model_cfg, rows, length, length)
-  median = statistics.median(samples)
-  entry = {
-      "name": name, "config": description, "overrides": applied,
-      "model": {"d_model": model_cfg.d_model, "heads": model_cfg.num_heads, "d_ff": model_cfg.d_ff,
-                "layers": [model_cfg.num_encoder_layers, model_cfg.num_decoder_layers],
-                "vocab": model_cfg.vocab_size, "dtype": model_cfg.dtype,
-                "dropout": model_cfg.dropout_rate},
-      "dropout_rng_impl": config.train.dropout_rng_impl,
-      "batch": {"shape": shape, "rows": rows, "source_len": length, "target_len": length,
-                "packed": config.data.batch_mode == "pack"},
-      "compile_s": compile_s, "warmup_steps": warmup,
-      "step_s": {"median": median, "min": min(samples), "samples": samples},
-      "target_tokens_per_step": tokens, "target_tokens_per_s": tokens / median,
-      "model_flops_per_step": flops, "model_flops_per_s": flops / median,
-      "mfu": flops / median / peak if peak else None,
-      "xla_flops_per_step": _xla_flops(compiled),
-      "memory": dict(_memory(compiled), process_peak_rss_bytes=_rss_bytes()),
-      "loss_first_last": [losses[0], losses[-1]],
-      "finite": bool(np.all(np.isfinite(losses))),
-  }
-  entry["hlo"] = hlo_profile.hlo_statistics(compiled.as_text())
-  if profile:
-    state, cats, busy = hlo_profile.profile_step(compiled, state, batch, steps=2)
-    entry["profile"] = {"busy_s_per_step": busy, "categories": cats}
-  ref = FLAX_WMT_REFERENCE.get(shape) if name == "base" else None
-  if ref:
-    entry["flax_wmt_reference"] = ref
-    entry["speedup_vs_flax_wmt"] = entry["target_tokens_per_s"] / ref["target_tokens_per_s"]
-  del state, compiled
+    with sharding.mesh_context(mesh):
+      self.compiled = fn.jitted.lower(self.state, self.batch).compile()
+    self.compile_s = time.perf_counter() - t
+    self.losses = []
+
+  def __call__(self) -> float:
+    """Runs one step; returns its wall time in seconds."""
+    t = time.perf_counter()
+    self.state, m = self.compiled(self.state, self.batch)
+    jax.block_until_ready((self.state, m))
+    seconds = time.perf_counter() - t
+    self.losses.append(float(m["loss_sum"]) / max(float(m["tokens"]), 1.0))
+    return seconds
+
+  def entry(self, samples: Sequence[float], warmup: int, peak: float | None,
+            profile: bool = False) -> dict:
+    """The report entry for the timed `samples` (and a profile of two more steps if asked)."""
+    config, model_cfg, compiled = self.config, self.model_cfg, self.compiled
+    tokens = int((np.asarray(self.batch["targets"]) != 0).sum())
+    flops = metrics.train_flops(model_cfg, self.rows, self.length, self.length)
+    median = statistics.median(samples)
+    entry = {
+        "name": self.name, "config": self.description, "overrides": self.applied,
+        "model": {"d_model": model_cfg.d_model, "heads": model_cfg.num_heads,
+                  "d_ff": model_cfg.d_ff,
+                  "layers": [model_cfg.num_encoder_layers, model_cfg.num_decoder_layers],
+                  "vocab": model_cfg.vocab_size, "dtype": model_cfg.dtype,
+                  "dropout": model_cfg.dropout_rate},
+        "dropout_rng_impl": config.train.dropout_rng_impl,
+        "batch": {"shape": self.shape, "rows": self.rows, "source_len": self.length,
+                  "target_len": self.length, "packed": config.data.batch_mode == "pack"},
+        "compile_s": self.compile_s, "warmup_steps": warmup,
+        "step_s": {"median": median, "min": min(samples), "samples": list(samples)},
+        "target_tokens_per_step": tokens, "target_tokens_per_s": tokens / median,
+        "model_flops_per_step": flops, "model_flops_per_s": flops / median,
+        "mfu": flops / median / peak if peak else None,
+        "xla_flops_per_step": _xla_flops(compiled),
+        "memory": dict(_memory(compiled), process_peak_rss_bytes=_rss_bytes()),
+        "loss_first_last": [self.losses[0], self.losses[-1]],
+        "finite": bool(np.all(np.isfinite(self.losses))),
+    }
+    entry["hlo"] = hlo_profile.hlo_statistics(compiled.as_text())
+    if profile:
+      self.state, cats, busy = hlo_profile.profile_step(compiled, self.state, self.batch, steps=2)
+      entry["profile"] = {"busy_s_per_step": busy, "categories": cats}
+    ref = FLAX_WMT_REFERENCE.get(self.shape) if self.name == "base" else None
+    if ref:
+      entry["flax_wmt_reference"] = ref
+      entry["speedup_vs_flax_wmt"] = entry["target_tokens_per_s"] / ref["target_tokens_per_s"]
+    return entry
+
+  def close(self):
+    del self.state, self.compiled
+
+
+def measure(name: str, shape: str, steps: int, warmup: int, overrides: Sequence[str],
+            peak: float | None, profile: bool = False) -> dict:
+  """Compiles, runs `warmup` untimed steps, times `steps` steps; returns the report entry."""
+  stepper = Stepper(name, shape, overrides)
+  for _ in range(warmup):
+    stepper()
+  samples = [stepper() for _ in range(steps)]
+  entry = stepper.entry(samples, warmup, peak, profile)
+  stepper.close()
   return entry
