@@ -54,6 +54,9 @@ _OURS_OVERRIDES = flags.DEFINE_list(
     "overrides of our base config that make it match flax's defaults")
 _RBG = flags.DEFINE_bool("rbg_variant", True, "also time ours with train.dropout_rng_impl=rbg "
                          "(the same dropout distribution from XLA's RngBitGenerator)")
+_FLAX_UNROLLED = flags.DEFINE_bool(
+    "flax_unrolled_variant", True, "also time flax's step compiled with the unrolled threefry "
+    "lowering that ours registers (transformer_jax/rng.py), for reference")
 _OUT = flags.DEFINE_string("out", "experiments/results/bench_flax_wmt",
                            "writes OUT.json and OUT.md ('' to write nothing)")
 
@@ -165,9 +168,10 @@ def time_interleaved(steppers, steps: int, warmup: int) -> list[list[float]]:
   return samples
 
 
-def run(folder: str, shapes, steps: int, warmup: int, ours_overrides, rbg_variant=True) -> dict:
+def run(folder: str, shapes, steps: int, warmup: int, ours_overrides, rbg_variant=True,
+        flax_unrolled=True) -> dict:
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from transformer_jax import metrics  # pylint: disable=g-import-not-at-top
+  from transformer_jax import metrics, rng  # pylint: disable=g-import-not-at-top
   from transformer_jax.bench import runner, train_step as ours  # pylint: disable=g-import-not-at-top
   from transformer_jax.config import ModelConfig  # pylint: disable=g-import-not-at-top
   variants = [("threefry (as flax)", list(ours_overrides))]
@@ -190,16 +194,26 @@ def run(folder: str, shapes, steps: int, warmup: int, ours_overrides, rbg_varian
     theirs = FlaxStepper(models, train, rows, length)
     compile_and_first = theirs()
     mine = [ours.Stepper("base", shape, overrides) for _, overrides in variants]
+    flax_steppers = [theirs]
+    if flax_unrolled and rng.unroll_threefry_on_cpu():  # compiled after: their step, our lowering
+      flax_steppers.append(FlaxStepper(models, train, rows, length))
+      unrolled_compile = flax_steppers[-1]()
     print(f"{shape}: {warmup} warm-up step(s) each, then {steps} rounds of one step each ...",
           flush=True)
-    samples = time_interleaved([theirs, *mine], steps, warmup)
+    samples = time_interleaved([*flax_steppers, *mine], steps, warmup)
     flax_entry = theirs.entry(compile_and_first, samples[0])
     flax_entry["mfu"] = flops / flax_entry["step_s"]["median"] / peak
     print(f"  flax WMT: {flax_entry['step_s']['median']:.3f} s/step, "
           f"{flax_entry['target_tokens_per_s']:.0f} tok/s, MFU {flax_entry['mfu']:.1%}", flush=True)
-    del theirs
+    unrolled_entry = None
+    if len(flax_steppers) > 1:
+      unrolled_entry = flax_steppers[1].entry(unrolled_compile, samples[1])
+      unrolled_entry["mfu"] = flops / unrolled_entry["step_s"]["median"] / peak
+      print(f"  flax WMT with our unrolled threefry lowering: "
+            f"{unrolled_entry['step_s']['median']:.3f} s/step", flush=True)
+    del theirs, flax_steppers
     entries_ours = []
-    for (name, _), stepper, own in zip(variants, mine, samples[1:]):
+    for (name, _), stepper, own in zip(variants, mine, samples[-len(mine):]):
       e = stepper.entry(own, warmup, peak)
       stepper.close()
       e["variant"] = name
@@ -210,7 +224,7 @@ def run(folder: str, shapes, steps: int, warmup: int, ours_overrides, rbg_varian
             f"(per round: {', '.join(f'{x:.2f}' for x in e['speedup_per_round'])})", flush=True)
       entries_ours.append(e)
     entries.append({"shape": shape, "model_flops_per_step": flops, "flax_wmt": flax_entry,
-                    "transformer_jax": entries_ours})
+                    "flax_wmt_unrolled_threefry": unrolled_entry, "transformer_jax": entries_ours})
   after = runner.machine_load()
   return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
           "command": "python -m experiments.bench_flax_wmt " + " ".join(sys.argv[1:]),
@@ -242,6 +256,14 @@ def markdown(r: dict) -> str:
                    f"{o['step_s']['median']:.3f}; {o['step_s']['min']:.3f} | "
                    f"{o['target_tokens_per_s']:.0f} | {o['mfu']:.1%} | **{o['speedup']:.2f}x** | "
                    f"{min(o['speedup_per_round']):.2f}-{max(o['speedup_per_round']):.2f}x |")
+  for e in r["entries"]:
+    u, ref = e.get("flax_wmt_unrolled_threefry"), e["transformer_jax"][0]
+    if u:
+      lines += ["", f"{e['shape']}, for reference: flax's step compiled with the unrolled threefry "
+                f"lowering that our step registers (`transformer_jax/rng.py`; theirs as shipped "
+                f"uses jax's rolled CPU loops): {u['step_s']['median']:.3f} s/step, "
+                f"{u['target_tokens_per_s']:.0f} tok/s, MFU {u['mfu']:.1%}; ours ({ref['variant']}) "
+                f"is {ref['target_tokens_per_s'] / u['target_tokens_per_s']:.2f}x that."]
   lines += ["", "Compile (flax: compile + first step; ours: compile only, per variant): " + ", ".join(
       f"{e['shape']} {e['flax_wmt']['compile_and_first_step_s']:.1f} s / " + " and ".join(
           f"{o['compile_s']:.1f} s" for o in e["transformer_jax"]) for e in r["entries"]), ""]
@@ -258,7 +280,7 @@ def main(argv):
     sys.exit(2)
   try:
     r = run(_FLAX_WMT_DIR.value, _SHAPES.value, _STEPS.value, _WARMUP.value, _OURS_OVERRIDES.value,
-            _RBG.value)
+            _RBG.value, _FLAX_UNROLLED.value)
   except (FileNotFoundError, *errors.USER_ERRORS) as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)

@@ -109,6 +109,7 @@ def default_config() -> ml_collections.ConfigDict:
   t.dropout_rng_impl = "threefry2x32"  # dropout PRNG; threefry gives the same masks on any
                                   # mesh; 'rbg' is ~20% faster on CPU but its bits depend on the
                                   # sharding (both are reproducible from (seed, step))
+  t.unroll_threefry_on_cpu = True  # same bits, ~6x cheaper dropout masks on CPU (rng.py)
 
   c.decode = ml_collections.ConfigDict()
   dc = c.decode

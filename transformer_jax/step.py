@@ -23,7 +23,7 @@ import ml_collections
 import optax
 from jax.sharding import Mesh
 
-from transformer_jax import sharding
+from transformer_jax import rng, sharding
 from transformer_jax.config import ModelConfig
 from transformer_jax.label_smoothing import cross_entropy_sums
 from transformer_jax.model import Transformer
@@ -146,6 +146,8 @@ def eval_step(params, batch, *, config: ml_collections.ConfigDict) -> dict:
 
 def jit_train_step(config, mesh: Mesh, state_sharding):
   """The train step compiled with explicit in/out shardings and the state donated."""
+  if config.train.unroll_threefry_on_cpu:
+    rng.unroll_threefry_on_cpu()  # the same dropout bits, cheaper on the CPU (rng.py)
   batch_sh = sharding.batch_sharding(mesh)
   fn = jax.jit(functools.partial(train_step, config=config),
                in_shardings=(state_sharding, batch_sh),
