@@ -294,4 +294,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  from transformer_jax import host_memory  # pylint: disable=g-import-not-at-top
+  host_memory.reexec_with_malloc_settings()  # the same process settings for both steps
   app.run(main)

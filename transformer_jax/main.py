@@ -116,4 +116,6 @@ def _explain_bad_override(argv) -> str | None:
 
 
 if __name__ == "__main__":
+  from transformer_jax import host_memory  # pylint: disable=g-import-not-at-top
+  host_memory.reexec_with_malloc_settings()  # before jax starts: no page faults per step on CPU
   app.run(main, flags_parser=_parse_flags)

@@ -1,5 +1,9 @@
 """Command line of the benchmark: `python -m transformer_jax.bench` (flags only; see __init__)."""
 
+if __name__ == "__main__":
+  from transformer_jax import host_memory  # pylint: disable=g-import-not-at-top
+  host_memory.reexec_with_malloc_settings()  # before jax: the steps are timed as main.py runs them
+
 import shlex
 import sys
 

@@ -1,0 +1,59 @@
+"""Host memory: keep the CPU backend's per-step buffers mapped between steps (glibc malloc).
+
+XLA's CPU client allocates each execution's temporary buffer (1.1 GB for the base model's train
+step at 8x128, 6 GB at 32x128) with posix_memalign from its worker threads. glibc serves a request
+that large from a fresh mmap in a thread arena and unmaps it on free, so every step touches every
+page of it anew: 0.27M page faults per step at 8x128 and 1.3M at 32x128 on the 2-core CPU, 0.5 s
+and 4-5 s of kernel time per step. With all threads in the main arena, no mmap for large blocks and
+no trimming, the freed memory is reused by the next step: no page faults, and the step takes 2.46
+instead of 2.7 s (8x128) and 9.4-9.8 instead of 12.0-12.4 s (32x128); see
+experiments/results/bench_summary.md.
+
+glibc reads these settings when the process starts, so the command-line entry points re-execute
+themselves once with them in the environment (`reexec_with_malloc_settings`, before jax is
+imported). It only does so on Linux with glibc when JAX will use the CPU (JAX_PLATFORMS=cpu, or no
+GPU/TPU device files), and `TRANSFORMER_JAX_MALLOC=0` turns it off. The cost: memory freed by one
+step stays with the process (its peak is the same).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import platform
+import sys
+
+MALLOC_SETTINGS = {
+    "MALLOC_ARENA_MAX": "1",                 # every thread allocates from the main (brk) heap
+    "MALLOC_MMAP_MAX_": "0",                 # large blocks come from the heap, not from mmap
+    "MALLOC_TRIM_THRESHOLD_": str(1 << 40),  # freed memory is kept for the next step
+}
+SWITCH = "TRANSFORMER_JAX_MALLOC"
+
+
+def _cpu_backend(env) -> bool:
+  platforms = env.get("JAX_PLATFORMS", "")
+  if platforms:
+    return platforms.split(",")[0].strip() == "cpu"
+  return not (glob.glob("/dev/nvidia[0-9]*") or glob.glob("/dev/accel[0-9]*")
+              or glob.glob("/dev/vfio/[0-9]*"))
+
+
+def wanted(env=None) -> bool:
+  """Whether this process should run with MALLOC_SETTINGS (and does not yet)."""
+  env = os.environ if env is None else env
+  if env.get(SWITCH, "1") == "0" or platform.system() != "Linux":
+    return False
+  if platform.libc_ver()[0] != "glibc" or not _cpu_backend(env):
+    return False
+  return any(env.get(k) != v for k, v in MALLOC_SETTINGS.items())
+
+
+def reexec_with_malloc_settings():
+  """Re-executes the command line (sys.orig_argv) with MALLOC_SETTINGS, once; call before jax."""
+  if not wanted():
+    return
+  env = dict(os.environ, **MALLOC_SETTINGS)
+  sys.stdout.flush()
+  sys.stderr.flush()
+  os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
