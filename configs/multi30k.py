@@ -60,7 +60,6 @@ def get_config(variant: str = ""):
   t.checkpoint_every_steps = 100_000
   t.checkpoint_every_minutes = 5.0
   t.keep_checkpoints = 20
-  t.dropout_rng_impl = "rbg"          # ~20% faster train step on this CPU (one device)
   c.decode.batch_size = 64
   if variant == "short":
     t.max_train_minutes = 3.0

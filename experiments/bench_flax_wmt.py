@@ -52,7 +52,7 @@ _WARMUP = flags.DEFINE_integer("warmup", 1, "untimed steps after compiling", low
 _OURS_OVERRIDES = flags.DEFINE_list(
     "ours_overrides", ["model.attention_dropout_rate=0.1", "model.relu_dropout_rate=0.1"],
     "overrides of our base config that make it match flax's defaults")
-_RBG = flags.DEFINE_bool("rbg_variant", True, "also time ours with train.dropout_rng_impl=rbg "
+_RBG = flags.DEFINE_bool("rbg_variant", False, "also time ours with train.dropout_rng_impl=rbg "
                          "(the same dropout distribution from XLA's RngBitGenerator)")
 _FLAX_UNROLLED = flags.DEFINE_bool(
     "flax_unrolled_variant", True, "also time flax's step compiled with the unrolled threefry "
@@ -152,22 +152,6 @@ class FlaxStepper:
             "finite": bool(np.all(np.isfinite(self.losses)))}
 
 
-def time_interleaved(steppers, steps: int, warmup: int) -> list[list[float]]:
-  """Warm-up steps for each stepper, then `steps` rounds of one timed step each, in turn.
-
-  Interleaving puts every stepper's samples in the same stretches of time, so a drift of the
-  machine's speed (a few % to 15% on a shared VM) does not land on one side only.
-  """
-  for stepper in steppers:
-    for _ in range(warmup):
-      stepper()
-  samples = [[] for _ in steppers]
-  for _ in range(steps):
-    for stepper, out in zip(steppers, samples):
-      out.append(stepper())
-  return samples
-
-
 def run(folder: str, shapes, steps: int, warmup: int, ours_overrides, rbg_variant=True,
         flax_unrolled=True) -> dict:
   import numpy as np  # pylint: disable=g-import-not-at-top
@@ -200,7 +184,7 @@ def run(folder: str, shapes, steps: int, warmup: int, ours_overrides, rbg_varian
       unrolled_compile = flax_steppers[-1]()
     print(f"{shape}: {warmup} warm-up step(s) each, then {steps} rounds of one step each ...",
           flush=True)
-    samples = time_interleaved([*flax_steppers, *mine], steps, warmup)
+    samples = ours.time_interleaved([*flax_steppers, *mine], steps, warmup)
     flax_entry = theirs.entry(compile_and_first, samples[0])
     flax_entry["mfu"] = flops / flax_entry["step_s"]["median"] / peak
     print(f"  flax WMT: {flax_entry['step_s']['median']:.3f} s/step, "

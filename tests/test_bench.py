@@ -160,7 +160,6 @@ def test_side_by_side_needs_the_flax_example(tmp_path):
 
 def test_side_by_side_interleaves_the_timed_steps():
   """Warm-up steps first, then rounds of one step of each side in turn, each timed alone."""
-  from experiments import bench_flax_wmt
   calls = []
 
   def stepper(name, seconds):
@@ -169,7 +168,7 @@ def test_side_by_side_interleaves_the_timed_steps():
       return seconds
     return run
 
-  samples = bench_flax_wmt.time_interleaved([stepper("flax", 3.0), stepper("ours", 2.0)],
-                                            steps=3, warmup=1)
+  samples = train_step.time_interleaved([stepper("flax", 3.0), stepper("ours", 2.0)],
+                                        steps=3, warmup=1)
   assert calls == ["flax", "ours"] + ["flax", "ours"] * 3
   assert samples == [[3.0] * 3, [2.0] * 3]

@@ -107,8 +107,8 @@ def default_config() -> ml_collections.ConfigDict:
   t.peak_flops = 0.0              # device peak FLOP/s for MFU; 0: measure with a jnp.dot
   t.progress_bar = True
   t.dropout_rng_impl = "threefry2x32"  # dropout PRNG; threefry gives the same masks on any
-                                  # mesh; 'rbg' is ~20% faster on CPU but its bits depend on the
-                                  # sharding (both are reproducible from (seed, step))
+                                  # mesh; 'rbg' bits depend on the sharding, and on the CPU it is
+                                  # slower than unrolled threefry (both reproducible from (seed, step))
   t.unroll_threefry_on_cpu = True  # same bits, ~6x cheaper dropout masks on CPU (rng.py)
 
   c.decode = ml_collections.ConfigDict()

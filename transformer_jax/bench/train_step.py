@@ -212,6 +212,22 @@ class Stepper:
     del self.state, self.compiled
 
 
+def time_interleaved(steppers, steps: int, warmup: int) -> list[list[float]]:
+  """Warm-up steps for each stepper, then `steps` rounds of one timed step each, in turn.
+
+  Interleaving puts every stepper's samples in the same stretches of time, so a drift of the
+  machine's speed (a few % to 15% on a shared VM) does not land on one side only.
+  """
+  for stepper in steppers:
+    for _ in range(warmup):
+      stepper()
+  samples = [[] for _ in steppers]
+  for _ in range(steps):
+    for stepper, out in zip(steppers, samples):
+      out.append(stepper())
+  return samples
+
+
 def measure(name: str, shape: str, steps: int, warmup: int, overrides: Sequence[str],
             peak: float | None, profile: bool = False) -> dict:
   """Compiles, runs `warmup` untimed steps, times `steps` steps; returns the report entry."""
