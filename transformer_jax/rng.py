@@ -11,6 +11,10 @@ and ReLU outputs (62 masks), timed interleaved against the same step without dro
 per step with the rolled loops, +0.11 s unrolled (2.61 / 3.33 s and 2.47 / 2.58 s; see
 experiments/results/bench_summary.md).
 
+With `host_memory`'s malloc settings, the same comparison gives 3.09 s rolled (min 2.52) against
+2.46 s unrolled (2.35 s without dropout). The cost is compile time: 12 s instead of 7-9 s for that
+step at the paper's dropout, and 23 s with 62 masks.
+
 `unroll_threefry_on_cpu()` registers jax's own unrolled lowering for the CPU platform. It uses jax
 internals (`jax._src.random.threefry2x32`, `jax._src.interpreters.mlir`); if they have moved it
 returns False and changes nothing. It is process-wide: every computation lowered afterwards uses
