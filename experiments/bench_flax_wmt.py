@@ -26,6 +26,13 @@ the logits by sqrt(d_model); ours is post-LN (the paper) and multiplies the embe
 sqrt(d_model). Their matmuls are the same, so both are credited the same model FLOPs
 (`metrics.train_flops`, 3 x the forward matmul FLOPs) and the same MFU denominator (a jnp.dot
 peak measured at the start of the run).
+
+Timing: after compiling and one warm-up step each, the steps are timed in rounds of one step of
+each side in turn (`bench.train_step.time_interleaved`). Process settings are the same for both:
+this entry point re-executes itself with `host_memory.MALLOC_SETTINGS` unless
+TRANSFORMER_JAX_MALLOC=0. With --flax_unrolled_variant, flax's step is compiled a second time
+after ours has registered the unrolled threefry lowering (`transformer_jax/rng.py`), for
+reference.
 """
 
 from __future__ import annotations
@@ -152,7 +159,7 @@ class FlaxStepper:
             "finite": bool(np.all(np.isfinite(self.losses)))}
 
 
-def run(folder: str, shapes, steps: int, warmup: int, ours_overrides, rbg_variant=True,
+def run(folder: str, shapes, steps: int, warmup: int, ours_overrides, rbg_variant=False,
         flax_unrolled=True) -> dict:
   import numpy as np  # pylint: disable=g-import-not-at-top
   from transformer_jax import metrics, rng  # pylint: disable=g-import-not-at-top
