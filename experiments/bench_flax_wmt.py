@@ -43,7 +43,6 @@ import importlib
 import importlib.util
 import json
 import os
-import statistics
 import sys
 import time
 import types
@@ -148,13 +147,12 @@ class FlaxStepper:
     self.losses.append(float(metrics["loss"][0]) / float(metrics["denominator"][0]))
     return seconds
 
-  def entry(self, compile_and_first: float, samples) -> dict:
+  def entry(self, compile_and_first: float, samples, flops: float, peak: float) -> dict:
     import numpy as np  # pylint: disable=g-import-not-at-top
-    median = statistics.median(samples)
+    from transformer_jax.bench import train_step as ours  # pylint: disable=g-import-not-at-top
     tokens = int((self.batch["targets"] != 0).sum())
     return {"compile_and_first_step_s": compile_and_first,
-            "step_s": {"median": median, "min": min(samples), "samples": list(samples)},
-            "target_tokens_per_step": tokens, "target_tokens_per_s": tokens / median,
+            **ours.step_timing(samples, tokens, flops, peak),
             "loss_first_last": [self.losses[0], self.losses[-1]],
             "finite": bool(np.all(np.isfinite(self.losses)))}
 
@@ -192,14 +190,12 @@ def run(folder: str, shapes, steps: int, warmup: int, ours_overrides, rbg_varian
     print(f"{shape}: {warmup} warm-up step(s) each, then {steps} rounds of one step each ...",
           flush=True)
     samples = ours.time_interleaved([*flax_steppers, *mine], steps, warmup)
-    flax_entry = theirs.entry(compile_and_first, samples[0])
-    flax_entry["mfu"] = flops / flax_entry["step_s"]["median"] / peak
+    flax_entry = theirs.entry(compile_and_first, samples[0], flops, peak)
     print(f"  flax WMT: {flax_entry['step_s']['median']:.3f} s/step, "
           f"{flax_entry['target_tokens_per_s']:.0f} tok/s, MFU {flax_entry['mfu']:.1%}", flush=True)
     unrolled_entry = None
     if len(flax_steppers) > 1:
-      unrolled_entry = flax_steppers[1].entry(unrolled_compile, samples[1])
-      unrolled_entry["mfu"] = flops / unrolled_entry["step_s"]["median"] / peak
+      unrolled_entry = flax_steppers[1].entry(unrolled_compile, samples[1], flops, peak)
       print(f"  flax WMT with our unrolled threefry lowering: "
             f"{unrolled_entry['step_s']['median']:.3f} s/step", flush=True)
     del theirs, flax_steppers

@@ -137,6 +137,16 @@ def _xla_flops(compiled) -> float | None:
   return float(cost["flops"]) if cost and "flops" in cost else None
 
 
+def step_timing(samples: Sequence[float], tokens: int, flops: float, peak: float | None) -> dict:
+  """Median/min step time and the rates derived from it, for `tokens` target tokens and `flops`
+  model FLOPs per step."""
+  median = statistics.median(samples)
+  return {"step_s": {"median": median, "min": min(samples), "samples": list(samples)},
+          "target_tokens_per_step": tokens, "target_tokens_per_s": tokens / median,
+          "model_flops_per_step": flops, "model_flops_per_s": flops / median,
+          "mfu": flops / median / peak if peak else None}
+
+
 class Stepper:
   """One compiled train step of a named config on a synthetic batch, run one timed step per call.
 
@@ -177,7 +187,6 @@ class Stepper:
     config, model_cfg, compiled = self.config, self.model_cfg, self.compiled
     tokens = int((np.asarray(self.batch["targets"]) != 0).sum())
     flops = metrics.train_flops(model_cfg, self.rows, self.length, self.length)
-    median = statistics.median(samples)
     entry = {
         "name": self.name, "config": self.description, "overrides": self.applied,
         "model": {"d_model": model_cfg.d_model, "heads": model_cfg.num_heads,
@@ -189,10 +198,7 @@ class Stepper:
         "batch": {"shape": self.shape, "rows": self.rows, "source_len": self.length,
                   "target_len": self.length, "packed": config.data.batch_mode == "pack"},
         "compile_s": self.compile_s, "warmup_steps": warmup,
-        "step_s": {"median": median, "min": min(samples), "samples": list(samples)},
-        "target_tokens_per_step": tokens, "target_tokens_per_s": tokens / median,
-        "model_flops_per_step": flops, "model_flops_per_s": flops / median,
-        "mfu": flops / median / peak if peak else None,
+        **step_timing(samples, tokens, flops, peak),
         "xla_flops_per_step": _xla_flops(compiled),
         "memory": dict(_memory(compiled), process_peak_rss_bytes=_rss_bytes()),
         "loss_first_last": [self.losses[0], self.losses[-1]],
@@ -232,9 +238,7 @@ def measure(name: str, shape: str, steps: int, warmup: int, overrides: Sequence[
             peak: float | None, profile: bool = False) -> dict:
   """Compiles, runs `warmup` untimed steps, times `steps` steps; returns the report entry."""
   stepper = Stepper(name, shape, overrides)
-  for _ in range(warmup):
-    stepper()
-  samples = [stepper() for _ in range(steps)]
+  (samples,) = time_interleaved([stepper], steps, warmup)
   entry = stepper.entry(samples, warmup, peak, profile)
   stepper.close()
   return entry
