@@ -34,6 +34,9 @@ def get_config(arg: str = "base"):
   c.model.dtype = "bfloat16"
   c.model.attention_impl = "einsum"       # XLA fuses it well on TPU
   c.mesh.data, c.mesh.fsdp, c.mesh.tensor = -1, 1, 1
+  # Packed rows: ~95% real tokens and one compiled step shape, against ~73% and 8 shapes for
+  # 8 length buckets at 25000 tokens (experiments/results/bucket_vs_pack.md).
+  c.data.batch_mode = "pack"
   c.train.peak_flops = PEAK_FLOPS[generation]  # for MFU (measuring it would use one chip)
   c.train.checkpoint_every_minutes = 30.0  # bound lost work on preemptible/spot slices
   c.train.progress_bar = False             # logs from many workers are streamed

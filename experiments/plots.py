@@ -14,6 +14,10 @@ Writes:
   QKᵀ and AV 4·n²·d), its attention matmuls alone (the O(n²·d) of Table 1), a recurrent layer
   (O(n·d²)) and a convolution (O(k·n·d²));
 - README.md: the numbers read off these plots (peak learning rates, crossover lengths).
+
+And the plots of experiment reports: a sweep's rows against the paper's (`sweep_vs_paper`) and
+its rows' dev-perplexity curves (`dev_ppl_curves`), for experiments/report.py; a training run's
+dev BLEU and perplexity against wall time (`run_curves`, for experiments/report_run.py).
 """
 
 from __future__ import annotations
@@ -26,13 +30,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from configs import base, big, multi30k
-from transformer_jax import metrics
+from transformer_jax import markdown, metrics
 from transformer_jax.config import ModelConfig
 from transformer_jax.positional import sinusoidal_table
 from transformer_jax.schedule import make_schedule
 
 
-def _plt():
+def pyplot():
+  """matplotlib.pyplot on the file-only Agg backend."""
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
@@ -42,7 +47,7 @@ def _plt():
 # --- positional encoding ------------------------------------------------------------------------
 
 def plot_positional_encoding(path: str, max_len: int = 256, d_model: int = 512) -> dict:
-  plt = _plt()
+  plt = pyplot()
   pe = sinusoidal_table(max_len, d_model)
   fig, axes = plt.subplots(1, 3, figsize=(17, 4.8), layout="constrained",
                            gridspec_kw={"width_ratios": [1.4, 1.0, 1.0]})
@@ -75,7 +80,7 @@ def _rates(config, steps: int) -> np.ndarray:
 
 
 def plot_lr_schedule(path: str) -> dict:
-  plt = _plt()
+  plt = pyplot()
   # (name, config, steps drawn, colour): multi30k stops on wall time after ~1500 steps
   runs = [("base", base.get_config(), base.get_config().train.num_steps, "C0"),
           ("big", big.get_config(), big.get_config().train.num_steps, "C3"),
@@ -149,7 +154,7 @@ def _crossing(ns, a, b):
 
 
 def plot_flops(path: str, d: int = 512, heads: int = 8) -> dict:
-  plt = _plt()
+  plt = pyplot()
   ns = np.arange(1, 4097)
   sub = np.array([self_attention_sublayer_flops(int(n), d, heads) for n in ns])
   core = np.array([attention_matmul_flops(int(n), d, heads) for n in ns])
@@ -199,13 +204,13 @@ def write_readme(path: str, pe: dict, lr: dict, fl: dict) -> None:
            f"`positional.sinusoidal_table({pe['max_len']}, {pe['d_model']})`. PE(p)·PE(q) is constant "
            f"along every diagonal (largest spread {pe['max_spread_along_diagonals']:.1e}): it depends "
            "on the offset p − q only.", "",
-           "## lr_schedule.png", "", "| config | d_model | warmup | scale | peak rate (step) | "
-           "rate at last step |", "|---|---|---|---|---|---|"]
-  for name, r in lr.items():
-    lines.append(f"| {name} | {r['d_model']} | {r['warmup_steps']} | {r['scale']} | "
-                 f"{r['peak_rate']:.2e} ({r['peak_step']}) | {r['final_rate']:.2e} "
-                 f"(step {r['steps']:,}) |")
-  lines += ["", "## flops_per_layer.png", "",
+           "## lr_schedule.png", "",
+           markdown.table(["config", "d_model", "warmup", "scale", "peak rate (step)",
+                           "rate at last step"],
+                          [[name, r["d_model"], r["warmup_steps"], r["scale"],
+                            f"{r['peak_rate']:.2e} ({r['peak_step']})",
+                            f"{r['final_rate']:.2e} (step {r['steps']:,})"] for name, r in lr.items()])]
+  lines += ["## flops_per_layer.png", "",
             f"d = {fl['d_model']}, h = {fl['heads']}. The self-attention sub-layer is counted by "
             "`metrics.forward_flops` (the FLOPs the MFU numbers use), isolated by differencing "
             "(one encoder layer = forward_flops with 2 layers − with 1; FFN removed by "
@@ -227,6 +232,95 @@ def write_readme(path: str, pe: dict, lr: dict, fl: dict) -> None:
             f"{fl['attention_share_of_sublayer_at_n_512']:.0%}.", ""]
   with open(path, "w") as f:
     f.write("\n".join(lines))
+
+
+# --- experiment reports ---------------------------------------------------------------------------
+
+def sweep_vs_paper(rows: list[dict], path: str, title: str) -> bool:
+  """A sweep's dev PPL and BLEU against the paper's (experiments/report.py's rows: ours as the
+  mean over seeds with a min–max bar), base's values as cross-hairs, a row green for ✓, red for
+  ✗, grey within the noise; False (nothing written) when no row has both values."""
+  panels = (("PPL (dev)", "paper_ppl", "ppl", "ppl_verdict"),
+            ("BLEU (dev, tokenized)", "paper_bleu", "bleu", "bleu_verdict"))
+  if not any(r[p] is not None and r[o]["n"] for _, p, o, _ in panels for r in rows):
+    return False
+  plt = pyplot()
+  base = next((r for r in rows if r["row"] == "base"), None)
+  fig, axes = plt.subplots(1, 2, figsize=(13, 5.5))
+  for ax, (name, pk, ok, vk) in zip(axes, panels):
+    for r in rows:
+      if r[pk] is None or not r[ok]["n"]:
+        continue
+      color = "black" if r is base else {"✓": "tab:green", "✗": "tab:red", "= ✓": "tab:green"}.get(
+          r[vk], "tab:gray")
+      mean = r[ok]["mean"]
+      ax.errorbar(r[pk], mean, yerr=[[mean - r[ok]["min"]], [r[ok]["max"] - mean]], fmt="o",
+                  color=color, ms=5, capsize=2, zorder=3)
+      ax.annotate(r["row"], (r[pk], mean), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    if base and base[pk] is not None and base[ok]["n"]:
+      ax.axvline(base[pk], color="gray", lw=0.8, ls="--")
+      ax.axhspan(base[ok]["min"], base[ok]["max"], color="gray", alpha=0.15, lw=0)
+      ax.axhline(base[ok]["mean"], color="gray", lw=0.8, ls="--")
+    ax.set(xlabel=f"paper {name}", ylabel=f"ours {name} (mean, min–max over seeds)")
+    ax.set_title(f"{name}: green ✓, red ✗, grey = within the seed spread or pending", fontsize=9)
+    ax.grid(alpha=0.3)
+  fig.suptitle(title)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+  return True
+
+
+def dev_ppl_curves(curves: dict[str, list[list[list[float]]]], path: str, title: str) -> bool:
+  """Every row's dev perplexity against the training step, the mean over its seeds at the steps
+  all of them evaluated (`curves`: label -> one [[step, ppl], ...] per seed), log scale; False
+  (nothing written) when no row has a curve."""
+  means = {}
+  for label, per_seed in curves.items():
+    per_seed = [dict((int(s), p) for s, p in c) for c in per_seed if c]
+    steps = sorted(set.intersection(*(set(c) for c in per_seed))) if per_seed else []
+    if steps:
+      means[label] = (steps, [float(np.mean([c[s] for c in per_seed])) for s in steps],
+                      len(per_seed))
+  if not means:
+    return False
+  plt = pyplot()
+  fig, ax = plt.subplots(figsize=(11, 6.5))
+  cmap = plt.get_cmap("tab20")
+  for i, (label, (steps, ppl, n)) in enumerate(means.items()):
+    ax.plot(steps, ppl, "o-" if len(steps) < 30 else "-", ms=3, lw=2.2 if label == "base" else 1.2,
+            color="black" if label == "base" else cmap(i % 20), label=f"{label} (n={n})")
+  ax.set(yscale="log", xlabel="training step", ylabel="dev perplexity (mean over seeds, log)",
+         title=title)
+  ax.grid(alpha=0.3, which="both")
+  ax.legend(fontsize=7, ncol=2, loc="upper right")
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+  return True
+
+
+def run_curves(curve: list[dict], train_rows: list[dict], dev_rows: list[dict], path: str,
+               name: str) -> None:
+  """A training run: dev BLEU of its checkpoints against wall time (`curve`: wall_minutes,
+  dev_bleu, dev_bleu_tokenized), and train/dev perplexity (metrics.jsonl rows with `minutes`)."""
+  plt = pyplot()
+  fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+  minutes = [c["wall_minutes"] for c in curve]
+  ax1.plot(minutes, [c["dev_bleu"] for c in curve], "o-", label="sacreBLEU")
+  ax1.plot(minutes, [c["dev_bleu_tokenized"] for c in curve], "s--", label="tokenized BLEU")
+  ax1.set(xlabel="training wall time (minutes)", ylabel="dev BLEU (beam search)",
+          title=f"{name}: dev BLEU vs wall time")
+  ax2.plot([r["minutes"] for r in train_rows], [r["perplexity"] for r in train_rows], label="train")
+  ax2.plot([r["minutes"] for r in dev_rows], [r["perplexity"] for r in dev_rows], "o-", label="dev")
+  ax2.set(yscale="log", xlabel="training wall time (minutes)",
+          ylabel="perplexity per target wordpiece")
+  for ax in (ax1, ax2):
+    ax.grid(alpha=0.3)
+    ax.legend()
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
 
 
 def main(argv=None) -> int:

@@ -1,196 +1,459 @@
-"""Runs a sweep (experiments/table3.py, a grid, ...) row by row and writes a results table.
+"""Runs a sweep (experiments/table3.py, a grid, ...): every row with each of its seeds.
 
-  # the Table 3 ablations on this CPU (Multi30k, reduced widths and steps; see table3_cpu.md)
-  python -m experiments.run --sweep=experiments/table3.py --scale=cpu --out=runs/table3_cpu
-  # some rows, with an override for every row
-  python -m experiments.run --sweep=experiments/table3.py --scale=cpu --out=runs/t3 \
-      --rows=base,A_* --config.train.num_steps=200
-  # the per-row training commands only (validated, nothing run): plain CLI, sbatch or TPU VM
+  python -m experiments.run --sweep=experiments/table3.py --scale=cpu --out=workdirs/table3_cpu \
+      [--rows=base,A_*] [--seeds=0,1 --base_seeds=0,1,2] [--config.train.num_steps=200]
   python -m experiments.run --sweep=experiments/table3.py --scale=paper --out=/shared/t3 \
-      --dry_run --launcher=slurm [--commands_file=t3.sh]
-  # after training elsewhere (launch scripts): evaluate the finished rows and write the table
-  python -m experiments.run --sweep=experiments/table3.py --scale=paper --out=/shared/t3 --eval_only
-  # the table and plot again from the finished rows; the paper-scale parameter counts
-  python -m experiments.run --report --out=runs/table3_cpu
-  python -m experiments.run --params --sweep=experiments/table3.py
+      --dry_run --launcher=slurm [--commands_file=t3.sh]   # the per-run commands, nothing run
+  python -m experiments.run --sweep=experiments/table3.py --scale=paper --out=/shared/t3 \
+      --eval_only                         # runs trained elsewhere: evaluate them, write the report
+  python -m experiments.run --report --sweep=experiments/table3.py --scale=cpu   # the report again
+  python -m experiments.run --params --sweep=experiments/table3.py   # paper-scale param counts
 
-Every selected row is resolved and validated before anything runs (unknown keys, bad values,
-inconsistent shapes, sharding divisibility): a mistake is one line `error: ...`, exit status 2.
+Before anything runs, every selected row is resolved and validated (experiments/sweeps.py) and
+the results folder is checked: a result file of another protocol (other steps, widths, learning
+rate, ...) or a bad seed list is one line `error: ...`, exit status 2, nothing written.
 
-Per row, in OUT/<row>/: the training CLI and an evaluation (`--eval_row`) in subprocesses, their
-logs and result.json (experiments/row_runner.py): a rerun skips finished rows, resumes unfinished
-ones and retries failed ones.
-At the end (and with --report): OUT/<sweep>_<scale>.{md,csv,json,png} (experiments/sweep_report.py);
---publish=NAME also copies them to experiments/results/NAME.*.
+Each (row, seed) trains in OUT/<row>/seed<k>/ with `--config.seed=<k>` (the seed drives the
+initialization, the dropout masks and the data order: a seed is a whole run's randomness), then
+the evaluation CLI scores its last checkpoint on the dev split (loss, NLL and perplexity over the
+whole split; BLEU of beam search, no checkpoint averaging, as Table 3, on the scale's first N
+sentences). All runs share one vocabulary (OUT/_vocab), so perplexities compare. As soon as a
+run is evaluated, its result file lands in the results folder (default
+experiments/results/<sweep>_<scale>/<row>_seed<k>.json, to be committed; the dev references once
+in references.json): written atomically, never overwritten. A rerun skips every (row, seed) that
+has a result file, even on a fresh clone whose OUT is empty; it resumes an unfinished run from
+its checkpoints and retries a failed one (its error line is kept in OUT/<row>/seed<k>/status.json
+and shown in the report; the sweep goes on). SIGTERM reaches the running subprocess and no
+further run starts. The report (experiments/report.py) is written at the end of every run.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
+import hashlib
+import json
 import os
+import platform
+import shlex
+import shutil
 import signal
+import subprocess
 import sys
+import time
 
-from absl import app, flags, logging
+from absl import flags
 
-from experiments import row_commands, row_runner, sweep_report, sweep_rows
-from transformer_jax.config import ConfigError
+from experiments import report, sweeps
+from transformer_jax import errors
+from transformer_jax.config import REPO, ConfigError, parse_overrides
 
 _SWEEP = flags.DEFINE_string("sweep", None, "Sweep file, e.g. experiments/table3.py.")
 _SCALE = flags.DEFINE_string("scale", "cpu", "Scale the rows are run at (paper, small, cpu, tiny).")
-_OUT = flags.DEFINE_string("out", None, "Folder of the sweep: one workdir per row, the results.")
+_OUT = flags.DEFINE_string("out", None, "Folder of the runs' workdirs (OUT/<row>/seed<k>).")
 _ROWS = flags.DEFINE_string("rows", "", "Comma-separated row ids, shell patterns or groups "
                             "(e.g. 'base,A_*,C'); default all.")
-_DRY_RUN = flags.DEFINE_bool("dry_run", False, "Validate every row, print the per-row commands, run nothing.")
+_SEEDS = flags.DEFINE_string("seeds", None, "Seeds of every row but base, e.g. 0,1 (default: the scale's).")
+_BASE_SEEDS = flags.DEFINE_string("base_seeds", None, "Seeds of the base row, e.g. 0,1,2 (default: the scale's).")
+_RESULTS_DIR = flags.DEFINE_string("results_dir", "", "Folder of the result files (default "
+                                   "experiments/results/<sweep>_<scale>); the report goes beside it.")
+_DRY_RUN = flags.DEFINE_bool("dry_run", False, "Validate every row, print the per-run commands, run nothing.")
 flags.DEFINE_alias("print_commands", "dry_run")
-_LAUNCHER = flags.DEFINE_enum("launcher", "local", list(row_commands.LAUNCHERS),
+_LAUNCHER = flags.DEFINE_enum("launcher", "local", list(sweeps.LAUNCHERS),
                               "Command form for --dry_run: the CLI, launch/slurm.sbatch or launch/tpu_vm.sh.")
 _COMMANDS_FILE = flags.DEFINE_string("commands_file", "", "With --dry_run: also write the commands to this shell script.")
-_REPORT = flags.DEFINE_bool("report", False, "Only regenerate the table and plot from OUT's finished rows.")
+_REPORT = flags.DEFINE_bool("report", False, "Only write the report from the result files.")
 _PARAMS = flags.DEFINE_bool("params", False, "Only print the rows' exact parameter counts at the paper's scale.")
-_EVAL_ONLY = flags.DEFINE_bool("eval_only", False, "Do not train: evaluate rows whose training finished (e.g. launched elsewhere).")
+_EVAL_ONLY = flags.DEFINE_bool("eval_only", False, "Do not train: evaluate runs whose training finished (e.g. launched elsewhere).")
 _BASE_CONFIG = flags.DEFINE_string("base_config", "", "Run-config file replacing the scale's (e.g. configs/tpu.py).")
 _BLEU_SENTENCES = flags.DEFINE_integer("bleu_sentences", -1, "Dev sentences for BLEU (0: all; -1: the scale's).")
-_ROW_TIMEOUT = flags.DEFINE_float("row_timeout_minutes", 0.0, "Stop a row's training after this long "
+_ROW_TIMEOUT = flags.DEFINE_float("row_timeout_minutes", 0.0, "Stop a run's training after this long "
                                   "(checkpoint saved, recorded as unfinished; 0: no limit).")
-_PUBLISH = flags.DEFINE_string("publish", "", "Also write the report to experiments/results/NAME.*.")
-_EVAL_ROW = flags.DEFINE_string("eval_row", "", "(internal) Evaluate one trained row workdir.")
 
-_CONFIG_ARGS: list[str] = []   # the --config.KEY=VALUE arguments, taken out before absl parses
+_CHILD: list = []              # the running subprocess, for SIGTERM forwarding
+_STOP = {"requested": False}
 
 
-def _sweep_record(sweep, scale_name, rows, user_overrides, base_config, argv,
-                  with_params=True, out="") -> dict:
-  """OUT/sweep.json: what the report needs (all rows of the sweep, the paper's values, the rows'
-  exact parameter counts at the paper's scale: computed once, then kept from OUT/sweep.json)."""
-  sc = sweep.scales[scale_name]
-  params = {}
-  previous = sweep_report.read_json(os.path.join(out, "sweep.json")) if out else None
-  if previous and previous.get("spec") == sweep.spec and [
-      r["row"] for r in previous.get("rows", []) if r.get("paper_scale_params")] == sweep_rows.row_ids(sweep):
-    params = {r["row"]: {"params": r["paper_scale_params"]} for r in previous["rows"]}
-  elif with_params and "paper" in sweep.scales:
+def read_json(path):
+  """The JSON in `path`, or None when it is missing or unreadable."""
+  try:
+    with open(path) as f:
+      return json.load(f)
+  except (OSError, ValueError):
+    return None
+
+
+def _dump(path: str, obj) -> str:
+  tmp = path + f".tmp{os.getpid()}"
+  with open(tmp, "w", encoding="utf-8") as f:
+    json.dump(obj, f, indent=1, default=str, ensure_ascii=False)
+  return tmp
+
+
+def _write_json(path, obj):
+  os.replace(_dump(path, obj), path)
+
+
+def write_once(path: str, obj) -> bool:
+  """Writes `obj` to `path` atomically unless `path` exists (then nothing); True if written."""
+  tmp = _dump(path, obj)
+  try:
+    os.link(tmp, path)  # fails when `path` exists: a result is never replaced
+    return True
+  except FileExistsError:
+    return False
+  finally:
+    os.remove(tmp)
+
+
+# ----------------------------------------------------------------------------- subprocesses
+
+def latest_step(workdir: str):
+  """The newest finished checkpoint's step (Orbax renames a checkpoint to its step when done)."""
+  d = os.path.join(workdir, "checkpoints")
+  steps = [int(n) for n in os.listdir(d) if n.isdigit()] if os.path.isdir(d) else []
+  return max(steps) if steps else None
+
+
+def error_line(log_text: str, returncode: int) -> str:
+  """The line that says why a subprocess failed: 'error: ...', else the exception, else the last."""
+  lines = [l.strip() for l in log_text.splitlines() if l.strip()]
+  for line in reversed(lines):
+    if line.startswith("error:"):
+      return line[len("error:"):].strip()
+  for line in reversed(lines):
+    head = line.split(":", 1)[0]
+    if head.endswith(("Error", "Exception", "Interrupt")) and " " not in head:
+      return line
+  return (lines[-1] if lines else "") + f" (exit status {returncode})"
+
+
+def subprocess_runner(cmd: list[str], log_path: str, timeout_s: float = 0.0):
+  """Runs cmd from the repository root, output to log_path; (returncode, error line or '').
+  After timeout_s it gets SIGTERM (the training CLI saves a checkpoint and exits)."""
+  with open(log_path, "a") as log:
+    log.write(f"\n# {datetime.datetime.now().isoformat(timespec='seconds')}: {shlex.join(cmd)}\n")
+    log.flush()
+    proc = subprocess.Popen(cmd, cwd=REPO, env=dict(os.environ, PYTHONUNBUFFERED="1"),
+                            stdout=log, stderr=subprocess.STDOUT)
+    _CHILD[:] = [proc]
+    timed_out = False
     try:
-      params = {p["row"]: p for p in row_commands.paper_params_table(sweep)}
-    except ConfigError:
-      params = {}
+      proc.wait(timeout=timeout_s or None)
+    except subprocess.TimeoutExpired:
+      timed_out = True
+      proc.send_signal(signal.SIGTERM)
+      try:
+        proc.wait(timeout=180)
+      except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    finally:
+      _CHILD[:] = []
+  if timed_out:
+    return 1, f"timed out after {timeout_s / 60:g} minutes (rerun to resume from its checkpoint)"
+  if proc.returncode == 0:
+    return 0, ""
+  with open(log_path, errors="replace") as f:
+    return proc.returncode, error_line(f.read()[-20000:], proc.returncode)
+
+
+def forward_sigterm(signum, frame):  # pylint: disable=unused-argument
+  """SIGTERM handler: passes the signal to the running subprocess, and no further run starts."""
+  _STOP["requested"] = True
+  for proc in _CHILD:
+    proc.send_signal(signal.SIGTERM)
+
+
+def eval_command(workdir: str, bleu_sentences: int, python: str = "python") -> list[str]:
+  """The one evaluation of a trained run: the evaluation CLI on the dev split, newest checkpoint."""
+  return [python, "-m", "transformer_jax.main", "--mode=eval", f"--workdir={workdir}",
+          "--split=validation", f"--bleu_sentences={bleu_sentences}"]
+
+
+# ----------------------------------------------------------------------------- one run's record
+
+def _share_vocab(out: str, workdir: str, config, direction: str) -> None:
+  """One vocabulary for all runs: copied into a new workdir, or stashed from a trained one."""
+  data = config.data.to_dict()
+  data.pop("data_dir", None)
+  key = hashlib.sha1(json.dumps([data, config.model.vocab_size], sort_keys=True,
+                                default=str).encode()).hexdigest()[:12]
+  cache, run_vocab = os.path.join(out, "_vocab", key), os.path.join(workdir, "vocab")
+  if direction == "in" and os.path.isdir(cache) and not os.path.exists(run_vocab):
+    shutil.copytree(cache, run_vocab)
+  elif direction == "out" and os.path.isdir(run_vocab) and not os.path.isdir(cache):
+    tmp = cache + f".tmp{os.getpid()}"
+    shutil.copytree(run_vocab, tmp)
+    os.replace(tmp, cache)
+
+
+def _metrics_rows(workdir: str, split: str) -> list[dict]:
+  try:
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+      return [r for r in map(json.loads, filter(str.strip, f)) if r.get("split") == split]
+  except (OSError, ValueError):
+    return []
+
+
+def dev_curve(workdir: str) -> list[list[float]]:
+  """[[step, dev perplexity], ...] from metrics.jsonl (a step evaluated again after a resume: the
+  later value)."""
+  by_step = {r["step"]: r["perplexity"] for r in _metrics_rows(workdir, "dev") if "perplexity" in r}
+  return [[step, by_step[step]] for step in sorted(by_step)]
+
+
+def last_quarter_change(curve: list[list[float]]):
+  """Relative change of dev perplexity over the last quarter of training: from the last point at
+  or before 3/4 of the final step to the final point; None without two such points."""
+  if len(curve) < 2:
+    return None
+  end_step, end_ppl = curve[-1]
+  earlier = [p for p in curve[:-1] if p[0] <= 0.75 * end_step]
+  if not earlier:
+    return None
+  return {"from_step": earlier[-1][0], "to_step": end_step,
+          "relative_change": (end_ppl - earlier[-1][1]) / earlier[-1][1]}
+
+
+def machine() -> dict:
+  """This machine: the CPU model (/proc/cpuinfo), its cores, the accelerator-free platform."""
+  model = ""
+  try:
+    with open("/proc/cpuinfo") as f:
+      model = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "")
+  except OSError:
+    pass
+  return {"cpu": model or platform.processor() or platform.machine(), "cores": os.cpu_count(),
+          "platform": platform.platform(terse=True)}
+
+
+def build_result(res: sweeps.Resolved, seed: int, protocol: dict, workdir: str, evaluation: dict,
+                 sentences: list[dict], timing: dict, commands: dict) -> dict:
+  """The committed record of one finished (row, seed)."""
+  from transformer_jax.config import ModelConfig  # pylint: disable=g-import-not-at-top
+  from transformer_jax.params import count_params  # pylint: disable=g-import-not-at-top
+  curve = dev_curve(workdir)
+  steady = _metrics_rows(workdir, "train")[1:]  # the first log window holds the compilation
+  vocab = os.path.join(workdir, "vocab", "spm.model")
+  with open(vocab, "rb") as f:
+    vocab_sha = hashlib.sha256(f.read()).hexdigest()[:16]
+  decode = evaluation.get("decode") or {}
   return {
-      "sweep": sweep.name, "spec": sweep.spec, "description": sweep.description,
-      "scale": scale_name, "scale_description": sc.description,
-      "base_config": base_config or sc.config, "base_config_flag": base_config,
-      "user_overrides": user_overrides,
-      "command": "python -m experiments.run " + row_commands.quote(argv[1:]),
-      "rows": [{"row": r, "label": sweep.rows[r].label, "group": sweep.rows[r].group,
-                "selected": r in rows,
-                "paper": sweep.rows[r].paper.to_dict() if sweep.rows[r].paper is not None else None,
-                "paper_hparams": sweep_rows.paper_columns(sweep, r),
-                "paper_scale_params": params.get(r, {}).get("params")}
-               for r in sweep_rows.row_ids(sweep)],
-  }
+      "protocol": protocol, "row": res.row_id, "label": res.label, "seed": seed,
+      "step": evaluation.get("step"), "hparams": res.hparams,
+      "dev_loss": evaluation.get("loss"), "dev_nll": evaluation.get("nll"),
+      "dev_ppl": evaluation.get("perplexity"), "dev_tokens": evaluation.get("tokens"),
+      "bleu": evaluation.get("sacrebleu"), "bleu_signature": evaluation.get("sacrebleu_signature"),
+      "chrf": evaluation.get("chrf"), "bleu_tokenized": evaluation.get("tokenized_bleu"),
+      "bleu_sentences": evaluation.get("sentences"), "beam_size": decode.get("beam_size"),
+      "alpha": decode.get("alpha"),
+      "dev_ppl_curve": curve, "last_quarter": last_quarter_change(curve),
+      "train_minutes": timing["train_seconds"] / 60, "train_attempts": timing["train_attempts"],
+      "eval_minutes": timing["eval_seconds"] / 60,
+      "step_seconds": sum(r["step_time"] for r in steady) / len(steady) if steady else None,
+      "tokens_per_second": (sum(r["tokens_per_second"] for r in steady) / len(steady)
+                            if steady else None),
+      "params": count_params(ModelConfig.from_config(res.config.model)),
+      "vocab_sha256": vocab_sha, "commands": commands, "machine": machine(),
+      "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+      "hypotheses": [s["hypothesis"] for s in sentences]}
 
 
-def _check_out(out: str, record: dict) -> None:
-  previous = sweep_report.read_json(os.path.join(out, "sweep.json"))
-  if previous and (previous.get("sweep"), previous.get("scale")) != (record["sweep"], record["scale"]):
+# ----------------------------------------------------------------------------- one (row, seed)
+
+def run_one(res: sweeps.Resolved, seed: int, out: str, results_dir: str, protocol: dict, *,
+            runner=subprocess_runner, eval_only: bool = False, timeout_s: float = 0.0,
+            sweep_command: str = "", log=print) -> dict:
+  """Trains (or resumes) and evaluates one (row, seed), then writes its result file; returns
+  {'row', 'seed', 'status' ('done', 'failed', 'unfinished'), 'error', 'stage'}."""
+  name = f"{res.row_id}_seed{seed}"
+  result_path = os.path.join(results_dir, name + ".json")
+  if os.path.exists(result_path):
+    log(f"  {name}: done earlier ({os.path.relpath(result_path)}), skipped")
+    return {"row": res.row_id, "seed": seed, "status": "done", "error": "", "stage": ""}
+  workdir = os.path.join(os.path.abspath(out), res.row_id, f"seed{seed}")
+  os.makedirs(workdir, exist_ok=True)
+  train_cmd = sweeps.train_command(res, workdir, python=sys.executable, seed=seed)
+  eval_cmd = eval_command(workdir, res.bleu_sentences, python=sys.executable)
+  timing_path = os.path.join(workdir, "timing.json")
+  timing = dict({"train_seconds": 0.0, "train_attempts": 0, "eval_seconds": 0.0},
+                **(read_json(timing_path) or {}))
+  target = res.config.train.num_steps
+
+  def finish(status, error="", stage=""):
+    state = {"row": res.row_id, "seed": seed, "status": status, "error": error, "stage": stage,
+             "steps": latest_step(workdir), "target_steps": target,
+             "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    _write_json(os.path.join(workdir, "status.json"), state)
+    if error:
+      log(f"  {name}: {status.upper() if status == 'failed' else status}: {error}")
+    return state
+
+  trained = latest_step(workdir)
+  if not eval_only and (trained is None or trained < target):
+    _share_vocab(out, workdir, res.config, "in")
+    log(f"  {name}: training ({target} steps), log {workdir}/train.log")
+    start = time.time()
+    rc, error = runner(train_cmd, os.path.join(workdir, "train.log"), timeout_s)
+    timing["train_seconds"] += time.time() - start
+    timing["train_attempts"] += 1
+    _write_json(timing_path, timing)
+    if rc != 0:
+      return finish("failed", error, "train")
+  step = latest_step(workdir)
+  if step is None or step < target:
+    return finish("unfinished", f"not trained yet (step {step or 0} of {target})" if eval_only
+                  else f"training stopped at step {step or 0} of {target}; rerun to resume", "train")
+  _share_vocab(out, workdir, res.config, "out")
+  log(f"  {name}: evaluating (dev loss/perplexity, BLEU on {res.bleu_sentences or 'all'} dev "
+      f"sentences), log {workdir}/eval.log")
+  stem = os.path.join(workdir, "eval", f"validation_step{step}")
+  if os.path.exists(stem + ".json"):
+    os.remove(stem + ".json")
+  start = time.time()
+  rc, error = runner(eval_cmd, os.path.join(workdir, "eval.log"), 0.0)
+  timing["eval_seconds"] = time.time() - start
+  _write_json(timing_path, timing)
+  evaluation = read_json(stem + ".json")
+  if rc != 0 or evaluation is None:
+    return finish("failed", error or f"the evaluation wrote no {stem}.json", "eval")
+  with open(stem + ".jsonl", encoding="utf-8") as f:
+    sentences = [json.loads(l) for l in f if l.strip()][:evaluation.get("sentences") or None]
+  references = {"split": "validation", "sentences": len(sentences),
+                "references": [s["reference"] for s in sentences]}
+  refs_path = os.path.join(results_dir, "references.json")
+  if not write_once(refs_path, references) and read_json(refs_path) != references:
+    return finish("failed", f"its dev references differ from {refs_path}", "eval")
+  commands = {"sweep": sweep_command, "train": shlex.join(train_cmd), "eval": shlex.join(eval_cmd)}
+  result = build_result(res, seed, protocol, workdir, evaluation, sentences, timing, commands)
+  if not write_once(result_path, result):
+    log(f"  {name}: {result_path} appeared meanwhile; kept")
+  state = finish("done", stage="eval")
+  log(f"  {name}: done: dev PPL {result['dev_ppl']:.2f}, BLEU {result['bleu_tokenized']:.2f} "
+      f"(tokenized; sacreBLEU {result['bleu']:.2f}), {result['train_minutes']:.1f} min training")
+  return state
+
+
+def run_sweep(runs: list[tuple[sweeps.Resolved, int]], out: str, results_dir: str,
+              protocols: dict[str, dict], *, log=print, **run_args) -> list[dict]:
+  """Every (row, seed) in turn (run_one's keyword arguments); a run's OSError is recorded, the
+  rest go on."""
+  os.makedirs(results_dir, exist_ok=True)
+  results, start = [], time.time()
+  for i, (res, seed) in enumerate(runs):
+    if _STOP["requested"]:
+      log("stopped (SIGTERM); rerun the same command to resume")
+      break
+    log(f"[{i + 1}/{len(runs)}] {res.row_id} seed {seed}: {res.label}")
+    try:
+      results.append(run_one(res, seed, out, results_dir, protocols[res.row_id], log=log,
+                             **run_args))
+    except OSError as e:  # e.g. a full disk in one run's workdir
+      log(f"  {res.row_id}_seed{seed}: FAILED: {e}")
+      results.append({"row": res.row_id, "seed": seed, "status": "failed", "error": str(e),
+                      "stage": ""})
+  done = sum(r["status"] == "done" for r in results)
+  log(f"{done} of {len(runs)} runs done ({(time.time() - start) / 60:.1f} min this time)")
+  return results
+
+
+# ----------------------------------------------------------------------------- the CLI
+
+def _check_out(out: str, sweep_name: str, scale_name: str) -> None:
+  """An OUT folder holds one sweep at one scale (OUT/sweep.json says which)."""
+  path = os.path.join(out, "sweep.json")
+  previous = read_json(path)
+  if previous and (previous.get("sweep"), previous.get("scale")) != (sweep_name, scale_name):
     raise ConfigError(f"--out={out} holds the sweep '{previous.get('sweep')}' at scale "
-                      f"'{previous.get('scale')}'; use another --out for '{record['sweep']}' at "
-                      f"'{record['scale']}'")
+                      f"'{previous.get('scale')}'; use another --out for '{sweep_name}' at "
+                      f"'{scale_name}'")
+  os.makedirs(out, exist_ok=True)
+  _write_json(path, {"sweep": sweep_name, "scale": scale_name})
 
 
-def _print_commands(resolved, out, launcher, commands_file, record):
-  lines = [f"# {record['sweep']} at scale '{record['scale']}': {len(resolved)} rows "
-           f"(config {record['base_config']})"]
-  for res in resolved:
-    workdir = os.path.join(out, res.row_id)
-    lines.append(f"# {res.row_id}: {res.label}")
-    lines.append(row_commands.quote(row_commands.train_command(res, workdir, launcher)))
-  rows_flag = ",".join(r.row_id for r in resolved)
-  follow = ["python", "-m", "experiments.run", f"--sweep={record['spec']}", f"--scale={record['scale']}",
-            f"--out={out}", f"--rows={rows_flag}"]
-  if record.get("base_config_flag"):
-    follow.append(f"--base_config={record['base_config_flag']}")
-  if launcher != "local":
-    follow.append("--eval_only")
-  follow += [f"--config.{k}={sweep_rows.format_value(v)}" for k, v in record["user_overrides"].items()]
-  lines.append("# then evaluate the trained rows and write the table:" if launcher != "local"
-               else "# the runner does all of the above, then evaluates each row:")
-  lines.append(row_commands.quote(follow))
+def _print_commands(runs, out, launcher, commands_file, follow_args):
+  lines = [f"# {len(runs)} runs (row x seed)"]
+  for res, seed in runs:
+    lines += [f"# {res.row_id} seed {seed}: {res.label}", shlex.join(sweeps.train_command(
+        res, os.path.join(out, res.row_id, f"seed{seed}"), launcher, seed=seed))]
+  follow = ["python", "-m", "experiments.run", *follow_args] + (
+      ["--eval_only"] if launcher != "local" else [])
+  lines += ["# then evaluate the trained runs and write the report:" if launcher != "local"
+            else "# the runner does all of the above, then evaluates each run:", shlex.join(follow)]
   text = "\n".join(lines) + "\n"
   print(text, end="")
   if commands_file:
     with open(commands_file, "w") as f:
-      f.write("#!/usr/bin/env bash\nset -euo pipefail\ncd " + row_commands.quote([sweep_rows.REPO])
-              + "\n" + text)
+      f.write(f"#!/usr/bin/env bash\nset -euo pipefail\ncd {shlex.quote(REPO)}\n{text}")
     os.chmod(commands_file, 0o755)
 
 
-def _print_params(sweep):
-  print("| row | params (exact, vocab 37000) | paper ×10^6 | difference |")
-  print("|---|---|---|---|")
-  for p in row_commands.paper_params_table(sweep):
-    ref = p["paper_params_m"]
-    diff = f"{p['params'] / 1e6 - ref:+.1f}M" if ref is not None else ""
-    print(f"| {p['label']} | {p['params']:,} ({p['params_m']}M) | {'' if ref is None else ref} | {diff} |")
+def plan(sweep, scale_name: str, rows: list[str], user_overrides: dict, base_config: str,
+         bleu_sentences: int, seeds, base_seeds, results_dir: str):
+  """(runs [(Resolved, seed)], protocols {row: protocol}) after checking every selected row and
+  the results folder (report.check_results_folder): a bad row or folder is a ConfigError."""
+  resolved = {}
+
+  def protocol(row_id):
+    if row_id not in resolved:
+      res = sweeps.resolve_all(sweep, [row_id], scale_name, user_overrides, base_config)[0]
+      if bleu_sentences >= 0:
+        res = dataclasses.replace(res, bleu_sentences=bleu_sentences)
+      resolved[row_id] = res
+    return sweeps.protocol(resolved[row_id], sweep)
+
+  protocols = {r: protocol(r) for r in rows}
+  report.check_results_folder(results_dir, sweep, protocol)
+  runs = [(resolved[r], s) for r in rows
+          for s in sweeps.seeds_of(sweep, scale_name, r, seeds, base_seeds)]
+  return runs, protocols
 
 
 def main(argv):
-  if not flags.FLAGS["verbosity"].present:  # as the training CLI: progress, warnings, errors
-    logging.set_verbosity(logging.ERROR)
+  if len(argv) > 1:
+    raise ConfigError(f"unexpected arguments: {' '.join(argv[1:])}")
+  user_overrides = parse_overrides(errors.OVERRIDE_ARGS)
+  sweep = sweeps.load_sweep(_SWEEP.value)
+  if _PARAMS.value:
+    print(report.params_markdown(sweep), end="")
+    return
+  scale = _SCALE.value
+  seeds = sweeps.parse_seeds(_SEEDS.value, "--seeds") if _SEEDS.value is not None else None
+  base_seeds = (sweeps.parse_seeds(_BASE_SEEDS.value, "--base_seeds")
+                if _BASE_SEEDS.value is not None else None)
+  results_dir = os.path.abspath(_RESULTS_DIR.value or report.default_results_dir(sweep.name, scale))
+  rows = sweeps.select_rows(sweep, _ROWS.value)
+  runs, protocols = plan(sweep, scale, rows, user_overrides, _BASE_CONFIG.value,
+                         _BLEU_SENTENCES.value, seeds, base_seeds, results_dir)
+  planned = {r: sweeps.seeds_of(sweep, scale, r, seeds, base_seeds) for r in sweeps.row_ids(sweep)}
+  if _REPORT.value:
+    print("wrote " + ", ".join(report.write_report(sweep, scale, results_dir, planned,
+                                                   out=_OUT.value or "")))
+    return
+  if not _OUT.value:
+    raise ConfigError("--out is required (the folder of the runs' workdirs)")
+  if _COMMANDS_FILE.value and not _DRY_RUN.value:
+    raise ConfigError("--commands_file goes with --dry_run")
+  out = _OUT.value
+  if _DRY_RUN.value:
+    follow = [a for a in sys.argv[1:] if not a.startswith(("--dry_run", "--print_commands",
+                                                            "--launcher", "--commands_file"))]
+    _print_commands(runs, out, _LAUNCHER.value, _COMMANDS_FILE.value, follow)
+    return
+  _check_out(out, sweep.name, scale)
+  signal.signal(signal.SIGTERM, forward_sigterm)
   try:
-    if len(argv) > 1:
-      raise ConfigError(f"unexpected arguments: {' '.join(argv[1:])}")
-    user_overrides = sweep_rows.parse_overrides(_CONFIG_ARGS)
-    if _EVAL_ROW.value:
-      row_runner.evaluate_row(_EVAL_ROW.value, max(_BLEU_SENTENCES.value, 0))
-      return
-    if _REPORT.value:
-      if not _OUT.value:
-        raise ConfigError("--report needs --out")
-      paths = sweep_report.write_report(_OUT.value, publish=_PUBLISH.value)
-      print("wrote " + ", ".join(paths))
-      return
-    sweep = sweep_rows.load_sweep(_SWEEP.value)
-    if _PARAMS.value:
-      _print_params(sweep)
-      return
-    if not _OUT.value:
-      raise ConfigError("--out is required (the folder of the sweep's row workdirs)")
-    rows = sweep_rows.select_rows(sweep, _ROWS.value)
-    resolved = sweep_rows.resolve_all(sweep, rows, _SCALE.value, user_overrides, _BASE_CONFIG.value)
-    if _COMMANDS_FILE.value and not _DRY_RUN.value:
-      raise ConfigError("--commands_file goes with --dry_run")
-    record = _sweep_record(sweep, _SCALE.value, rows, user_overrides, _BASE_CONFIG.value, sys.argv,
-                           with_params=not _DRY_RUN.value, out=_OUT.value)
-    if _DRY_RUN.value:
-      _print_commands(resolved, _OUT.value, _LAUNCHER.value, _COMMANDS_FILE.value, record)
-      return
-    _check_out(_OUT.value, record)
-  except ConfigError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
-  signal.signal(signal.SIGTERM, row_runner.forward_sigterm)
-  try:
-    row_runner.run_sweep(resolved, _OUT.value, record, eval_only=_EVAL_ONLY.value,
-                         bleu_sentences=_BLEU_SENTENCES.value, timeout_s=_ROW_TIMEOUT.value * 60)
+    run_sweep(runs, out, results_dir, protocols, eval_only=_EVAL_ONLY.value,
+              timeout_s=_ROW_TIMEOUT.value * 60,
+              sweep_command="python -m experiments.run " + shlex.join(sys.argv[1:]))
   except KeyboardInterrupt:
-    print("interrupted; rerun the same command to resume (finished rows are kept)", file=sys.stderr)
+    print("interrupted; rerun the same command to resume (finished runs are kept)", file=sys.stderr)
     sys.exit(130)
-  paths = sweep_report.write_report(_OUT.value, publish=_PUBLISH.value)
-  print("wrote " + ", ".join(paths))
-  if row_runner.stop_requested():
+  print("wrote " + ", ".join(report.write_report(sweep, scale, results_dir, planned, out=out)))
+  if _STOP["requested"]:
     sys.exit(143)
 
 
-def _parse_flags(argv):
-  """absl flags, with the --config.KEY=VALUE overrides taken aside first."""
-  rest = [argv[0]]
-  for arg in argv[1:]:
-    (_CONFIG_ARGS if arg.startswith("--config.") else rest).append(arg)
-  try:
-    return flags.FLAGS(rest)
-  except flags.Error as e:
-    print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
-    sys.exit(2)
-
-
 if __name__ == "__main__":
-  app.run(main, flags_parser=_parse_flags)
+  errors.run(main)

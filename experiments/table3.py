@@ -1,8 +1,11 @@
 """The paper's Table 3 ("Variations on the Transformer architecture"), as a sweep.
 
-  python -m experiments.run --sweep=experiments/table3.py --scale=cpu --out=runs/table3_cpu
+  python -m experiments.run --sweep=experiments/table3.py --scale=cpu --out=workdirs/table3_cpu
   python -m experiments.run --sweep=experiments/table3.py --scale=paper --out=/shared/t3 \
-      --dry_run --launcher=slurm            # the per-row sbatch commands, nothing run
+      --dry_run --launcher=slurm            # the per-run sbatch commands, nothing run
+
+Results: one file per (row, seed) in experiments/results/table3_<scale>/, the report beside it
+(experiments/report.py: the paper's direction for each row is read off the `paper` values here).
 
 Each row is the paper's base model with the row's changes (model widths in the paper's units;
 a scale shrinks d_model, d_k, d_v and d_ff by one factor, see experiments/sweeps.py). `paper`

@@ -150,7 +150,8 @@ on_all_workers "$SETUP"
 
 # 4. Train: the same command on every worker; output streamed here and appended to $LOG.
 TRAIN=(python3 -m transformer_jax.main "--config=$CONFIG" "--workdir=$WORKDIR" "${EXTRA[@]}")
-RUN="cd ~/transformer_jax && export TRANSFORMER_JAX_DATA_DIR=$(quote "$DATA_DIR")"
+# pipefail: the worker's exit status is the trainer's, not tee's (a failed run must not report success).
+RUN="set -o pipefail && cd ~/transformer_jax && export TRANSFORMER_JAX_DATA_DIR=$(quote "$DATA_DIR")"
 RUN+=" && $(quote "${TRAIN[@]}") 2>&1 | tee -a ~/train.log"
 if ((DRY_RUN)); then
   on_all_workers "$RUN"

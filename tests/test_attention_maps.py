@@ -20,8 +20,8 @@ from transformer_jax import checkpoint, sharding, step
 from transformer_jax.config import ModelConfig, default_config
 from transformer_jax.data.tokenizer import Tokenizer
 from transformer_jax.model import Transformer
-from transformer_jax.positional import sinusoidal_table
 from transformer_jax.translate import Translator
+from tests.test_model import reference
 
 CORPUS = ["A man in a blue shirt is riding a bike through the park.",
           "Two dogs play in the snow.", "A woman is reading a book on a bench.",
@@ -58,62 +58,6 @@ def setup():
   maps = am.maps_from_translator(translator, SENTENCES)
   return {"tok": tok, "config": config, "cfg": cfg, "params": params, "translator": translator,
           "maps": maps}
-
-
-# --- a numpy recomputation of the forward pass (post-LN, tied embeddings) ------------------------
-
-def _ln(x, p, eps=1e-6):
-  mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
-  return (x - mu) / np.sqrt(var + eps) * p["scale"] + p["bias"]
-
-
-def _attend(xq, xkv, p, mask):
-  q = np.einsum("ld,dnk->lnk", xq, p["query"]) / np.sqrt(p["query"].shape[-1])
-  k = np.einsum("ld,dnk->lnk", xkv, p["key"])
-  v = np.einsum("ld,dnk->lnk", xkv, p["value"])
-  logits = np.einsum("tnk,snk->nts", q, k)
-  if mask is not None:
-    logits = np.where(mask, logits, -np.inf)
-  w = np.exp(logits - logits.max(-1, keepdims=True))
-  w /= w.sum(-1, keepdims=True)
-  out = np.einsum("nts,snv->tnv", w, v)
-  return np.einsum("tnv,nvd->td", out, p["out"]), w
-
-
-def _ffn(x, p):
-  h = np.maximum(x @ p["wi"]["kernel"] + p["wi"]["bias"], 0.0)
-  return h @ p["wo"]["kernel"] + p["wo"]["bias"]
-
-
-def reference(params, src, tgt):
-  """(logits [T, V], {kind: [layers, N, Q, K]}) of one unpadded pair, in float64 numpy."""
-  p = jax.tree.map(lambda a: np.asarray(a, np.float64), params)
-  emb = p["shared_embedding"]["embedding"]
-  d = emb.shape[1]
-  pe = sinusoidal_table(64, d).astype(np.float64)
-  x = emb[src] * np.sqrt(d) + pe[:len(src)]
-  out = {"encoder_self": [], "decoder_self": [], "cross": []}
-  enc = p["encoder"]
-  for i in range(len(enc)):
-    lp = enc[f"layer_{i}"]
-    a, w = _attend(x, x, lp["self_attention"], None)
-    out["encoder_self"].append(w)
-    x = _ln(x + a, lp["attention_block"]["norm"])
-    x = _ln(x + _ffn(x, lp["ffn"]), lp["ffn_block"]["norm"])
-  dec_in = np.concatenate([[0], tgt[:-1]])
-  y = emb[dec_in] * np.sqrt(d) + pe[:len(tgt)]
-  causal = np.tril(np.ones((len(tgt), len(tgt)), bool))[None]
-  dec = p["decoder"]
-  for i in range(len(dec)):
-    lp = dec[f"layer_{i}"]
-    a, w = _attend(y, y, lp["self_attention"], causal)
-    out["decoder_self"].append(w)
-    y = _ln(y + a, lp["self_attention_block"]["norm"])
-    a, w = _attend(y, x, lp["cross_attention"], None)
-    out["cross"].append(w)
-    y = _ln(y + a, lp["cross_attention_block"]["norm"])
-    y = _ln(y + _ffn(y, lp["ffn"]), lp["ffn_block"]["norm"])
-  return y @ emb.T, {k: np.stack(v) for k, v in out.items()}
 
 
 def _ids(setup, m):
@@ -202,7 +146,7 @@ def test_png_and_html_files(setup, tmp_path):
   assert os.path.exists(tmp_path / "s1_cross_layer3.png")
   page = open(written["html"], encoding="utf-8").read()
   assert "http://" not in page and "https://" not in page and " src=" not in page  # self-contained
-  data = am.read_html_data(written["html"])
+  data = read_html_data(written["html"])
   assert len(data["sentences"]) == len(maps)
   for m, entry in zip(maps, data["sentences"]):
     assert entry["source"] == m.source and entry["translation"] == m.translation
@@ -284,7 +228,16 @@ def test_cli_on_a_tiny_workdir(setup, tmp_path, capsys):
   assert am.main([f"--workdir={work}", f"--out={out}", "--sentence=Two dogs play."]) == 0
   printed = capsys.readouterr().out
   assert "Two dogs play." in printed and "attention_maps.html" in printed
-  data = am.read_html_data(str(out / "attention_maps.html"))
+  data = read_html_data(str(out / "attention_maps.html"))
   assert data["title"].startswith("Attention maps: work, checkpoint 1 (")
   assert len(data["sentences"][0]["weights"]["decoder_self"]) == config.model.num_decoder_layers
   assert len(list(out.glob("*.png"))) == config.model.num_encoder_layers + 2 * config.model.num_decoder_layers
+
+
+def read_html_data(path: str) -> dict:
+  """The JSON a page written by `write_html` embeds ."""
+  with open(path, encoding="utf-8") as f:
+    page = f.read()
+  start = page.index('<script id="attention-data" type="application/json">')
+  start = page.index(">", start) + 1
+  return json.loads(page[start:page.index("</script>", start)].replace("<\\/", "</"))

@@ -1,98 +1,114 @@
-"""The benchmark on tiny shapes (one train step, a two-sentence decode, a short data read): the
-JSON schema and the markdown report; the command line's one-line errors."""
+"""`python -m benchmarks` on tiny shapes (one train step, a two-sentence decode, a short data read):
+the JSON result and the Markdown report; the command line's one-line errors; the side-by-side's
+loading of flax's example without TensorFlow."""
 
 import json
 import math
 import os
 import subprocess
 import sys
+import textwrap
 
 import numpy as np
 import pytest
 
+from benchmarks import hlo_profile, train_step
 from transformer_jax import metrics
-from transformer_jax.bench import hlo_profile, runner, train_step
-from transformer_jax.config import ModelConfig
-
-from transformer_jax.config import ConfigError
+from transformer_jax.config import ConfigError, ModelConfig
 
 from tests.common import DATA_DIR, REPO
+
+_HAS_MULTI30K = bool(DATA_DIR) and os.path.isdir(os.path.join(DATA_DIR, "multi30k"))
 
 
 def _number(x):
   return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
+def _bench(*args, timeout=600):
+  return subprocess.run([sys.executable, "-m", "benchmarks", *args], cwd=REPO,
+                        capture_output=True, text=True, timeout=timeout)
+
+
 @pytest.fixture(scope="module")
 def result(tmp_path_factory):
   out = tmp_path_factory.mktemp("bench") / "bench"
-  opts = runner.Options(
-      train="tiny:2x16", steps=1, warmup=0, peak_n=128, profile=True,
-      overrides=("train.dropout_rng_impl=rbg",), decode_config="tiny", decode_data="random",
-      decode_sentences=2, decode_batch=2, decode_positions="5,20", decode_repeats=1,
-      data="multi30k:pack@1024", data_seconds=0.2,
-      command="python -m transformer_jax.bench --train=tiny:2x16")
-  r = runner.run(opts)
-  runner.write(r, str(out))
-  return r, out
-
-
-def test_json_schema(result):
-  r, out = result
+  p = _bench("--train=tiny:2x16", "--steps=1", "--warmup=0", "--peak_n=128", "--profile",
+             "--config.train.dropout_rng_impl=rbg", "--decode_config=tiny", "--decode_data=random",
+             "--decode_sentences=2", "--decode_batch=2", "--decode_positions=5,20",
+             "--decode_repeats=1", "--data=multi30k:pack@1024,multi30k:pack-balanced@1024",
+             "--data_seconds=0.2", f"--out={out}")
+  assert p.returncode == 0, p.stderr[-3000:]
   with open(str(out) + ".json") as f:
     saved = json.load(f)
-  assert saved == json.loads(json.dumps(r))
-  assert saved["schema_version"] == runner.SCHEMA_VERSION
-  assert saved["parts"] == ["train", "decode", "data"]
+  with open(str(out) + ".md") as f:
+    text = f.read()
+  return saved, text, p.stdout
+
+
+def test_json_result(result):
+  r, _, _ = result
+  assert r["parts"] == ["train", "decode", "data"]
   for key in ("date", "command", "machine", "load_before", "load_after", "idle", "peak"):
-    assert key in saved, key
-  assert saved["command"].startswith("python -m transformer_jax.bench --train=tiny")
-  assert saved["machine"]["cores"] >= 1 and saved["machine"]["backend"] == "cpu"
-  assert _number(saved["peak"]["flops_per_s"]) and saved["peak"]["dtype"] == "float32"
+    assert key in r, key
+  assert r["command"].startswith("python -m benchmarks --train=tiny:2x16")
+  assert r["machine"]["cores"] >= 1 and r["machine"]["backend"] == "cpu"
+  assert _number(r["peak"]["flops_per_s"]) and r["peak"]["dtype"] == "float32"
 
-  assert [e["batch"]["shape"] for e in saved["train"]] == ["2x16"]
-  for e in saved["train"]:
-    assert e["name"] == "tiny" and e["overrides"] == {"train.dropout_rng_impl": "rbg"}
-    assert e["dropout_rng_impl"] == "rbg"
-    assert len(e["step_s"]["samples"]) == 1 and e["step_s"]["median"] > 0
-    for key in ("compile_s", "target_tokens_per_s", "model_flops_per_s", "mfu",
-                "model_flops_per_step", "xla_flops_per_step"):
-      assert _number(e[key]) and e[key] > 0, key
-    rows, length = e["batch"]["rows"], e["batch"]["target_len"]
-    assert e["target_tokens_per_step"] == rows * length   # synthetic rows are full
-    cfg = ModelConfig.from_config(train_step.train_config("tiny")[0].model)
-    assert e["model_flops_per_step"] == metrics.train_flops(cfg, rows, length, length)
-    assert e["mfu"] == pytest.approx(e["model_flops_per_s"] / saved["peak"]["flops_per_s"])
-    assert e["memory"]["process_peak_rss_bytes"] > 0 and e["memory"]["temp_bytes"] >= 0
-    assert e["finite"] and "speedup_vs_flax_wmt" not in e
-    h = e["hlo"]
-    assert h["library_dot_fusions"] + h["eigen_dots"] > 0 and h["loop_fusions"] > 0
-    cats = e["profile"]["categories"]
-    assert sum(c["share"] for c in cats.values()) == pytest.approx(1.0)
-    for c in cats.values():
-      assert c["forward"] + c["backward"] == pytest.approx(c["share"])
-    assert any("matmul" in name for name in cats) and e["profile"]["busy_s_per_step"] > 0
+  (e,) = r["train"]
+  assert e["name"] == "tiny" and e["batch"]["shape"] == "2x16"
+  assert e["overrides"] == {"train.dropout_rng_impl": "rbg"} and e["dropout_rng_impl"] == "rbg"
+  assert len(e["step_s"]["samples"]) == 1 and e["step_s"]["median"] > 0
+  for key in ("compile_s", "target_tokens_per_s", "model_flops_per_s", "mfu",
+              "model_flops_per_step", "xla_flops_per_step"):
+    assert _number(e[key]) and e[key] > 0, key
+  assert e["target_tokens_per_step"] == 2 * 16  # synthetic rows are full
+  cfg = ModelConfig.from_config(train_step.train_config("tiny")[0].model)
+  assert e["model_flops_per_step"] == metrics.train_flops(cfg, 2, 16, 16)
+  assert e["devices"] == 1 and e["page_faults_per_step"] >= 0
+  assert e["mfu"] == pytest.approx(e["model_flops_per_s"] / (r["peak"]["flops_per_s"] * e["devices"]))
+  assert e["memory"]["process_peak_rss_bytes"] > 0 and e["memory"]["temp_bytes"] >= 0
+  assert e["finite"]
+  h = e["hlo"]
+  assert h["library_dot_fusions"] + h["eigen_dots"] > 0 and h["loop_fusions"] > 0
+  cats = e["profile"]["categories"]
+  assert sum(c["share"] for c in cats.values()) == pytest.approx(1.0)
+  for c in cats.values():
+    assert c["forward"] + c["backward"] == pytest.approx(c["share"])
+  assert any("matmul" in name for name in cats) and e["profile"]["busy_s_per_step"] > 0
 
-  d = saved["decode"]
-  assert set(d["per_token_s"]) == {"5", "20"} and all(v > 0 for v in d["per_token_s"].values())
-  assert d["throughput"]["sentences"] == 2 and d["throughput"]["sentences_per_second"] > 0
-  assert d["beam_size"] == 4
+  d = r["decode"]
+  t, s = d["throughput"], d["step_vs_position"]
+  assert t["sentences"] == 2 and t["sentences_per_second"] > 0 and t["compile_seconds"] > 0
+  assert sum(b["steps"] for b in t["per_batch"]) == t["decoder_steps"] > 0
+  assert d["beam_size"] == 4 and s["rows"] == 2 * 4
+  for step in ("model_step", "search_step"):
+    assert s[step]["5"]["median_s"] > 0 and s[step]["20"]["median_s"] > 0
+    assert s[step]["ratio_median"] == pytest.approx(s[step]["20"]["median_s"] /
+                                                    s[step]["5"]["median_s"])
 
-  (entry,) = saved["data"]["entries"]
-  assert entry["corpus"] == "multi30k"
-  if DATA_DIR and os.path.isdir(os.path.join(DATA_DIR, "multi30k")):
+  c = r["data"]["corpora"]["multi30k"]
+  if not _HAS_MULTI30K:
+    assert "skipped" in c
+    return
+  assert c["pairs_kept"] <= c["pairs"] and c["tfds_prepare_s"] >= 0
+  plain, balanced = c["entries"]
+  assert plain["key"] == "pack@1024" and balanced["key"].startswith("pack@1024 (rows ")
+  for entry in (plain, balanced):
+    assert 0 < entry["real_share"] <= 1 and entry["batches_per_epoch"] > 0
+    assert entry["distinct_shapes"] == 1 and entry["over_budget_batches"] == 0
     assert entry["real_target_tokens_per_s"] > 0 and entry["batches_per_s"] > 0
-  else:
-    assert "skipped" in entry or entry["real_target_tokens_per_s"] > 0
 
 
 def test_markdown_report(result):
-  r, out = result
-  text = open(str(out) + ".md").read()
-  assert text.startswith("# Benchmark")
+  r, text, stdout = result
+  assert text.startswith("# Benchmark") and text in stdout
   assert "| tiny (configs/tiny.py) | 2x16 | rbg |" in text
-  assert "## Decoding (beam search)" in text and "| 20 |" in text
-  assert "## Input pipeline" in text and "## Where the train step's time goes" in text
+  assert "## Where the train step's time goes" in text
+  assert "## Decoding (beam search)" in text and "| model decode step |" in text
+  assert "## Input pipeline" in text
+  if _HAS_MULTI30K:
+    assert "| pack@1024 |" in text
   assert ("Not idle" in text) == (not r["idle"])
 
 
@@ -110,20 +126,14 @@ def test_categories_follow_the_source_of_each_operation():
   assert c("anything", transposes=True) == "transposes / layout copies"
 
 
-def test_options():
-  with pytest.raises(ConfigError, match="unknown part"):
-    runner.run(runner.Options(only=("nope",)))
-  c, _ = train_step.train_config("base")
-  assert c.model.vocab_size == 32000 and c.model.d_model == 512
-  assert train_step.apply_overrides(c, ["train.dropout_rng_impl=rbg", "model.dropout_rate=0.2"]) == {
-      "train.dropout_rng_impl": "rbg", "model.dropout_rate": 0.2}
-  assert c.train.dropout_rng_impl == "rbg"
-  with pytest.raises(ConfigError, match="unknown config key 'train.dropout_rng'"):
-    train_step.apply_overrides(c, ["train.dropout_rng=rbg"])
-  with pytest.raises(ConfigError, match="'model.num_heads' needs a int"):
-    train_step.apply_overrides(c, ["model.num_heads=eight"])
+def test_train_configs_and_synthetic_batches():
+  c, description = train_step.train_config("base", {"model.dropout_rate": 0.2})
+  assert c.model.vocab_size == 32000 and c.model.d_model == 512 and c.model.dropout_rate == 0.2
+  assert description == "configs/base.py, vocab 32000"
+  assert train_step.preset("base")[0].model.vocab_size == 37000
   with pytest.raises(ConfigError, match="dropout_rng_impl"):
-    train_step.apply_overrides(c, ["train.dropout_rng_impl=nope"])
+    train_step.train_config("tiny", {"train.dropout_rng_impl": "nope"})
+  assert train_step.parse_entry("base:8x128") == ("base", 8, 128)
   b = train_step.synthetic_batch(train_step.train_config("multi30k")[0], 3, 40)
   assert set(b) == {"inputs", "targets", "inputs_segmentation", "targets_segmentation",
                     "inputs_position", "targets_position"}
@@ -137,25 +147,64 @@ def test_options():
 
 @pytest.mark.parametrize("args, message", [
     (["--only=train,nope"], "error: --only: unknown part 'nope'"),
-    (["--override=model.nope=1"], "error: --override 'model.nope=1': unknown config key 'model.nope'"),
+    (["--config.model.dropout_rat=0.2"], "error: unknown config key 'model.dropout_rat' (did you "
+                                         "mean 'dropout_rate'?)"),
+    (["--config.model.pre_ln=ture"], "error: config key 'model.pre_ln' must be bool, got 'ture'"),
     (["--steps=0"], "error: flag --steps=0"),
     (["--train=huge:2x16"], "error: unknown benchmark config 'huge'"),
+    (["--train=tiny:2y16"], "error: batch shape '2y16': expected ROWSxLENGTH"),
+    (["--train=tiny:2x100"], "error: batch length 100 exceeds model.max_len=64"),
+    (["--data=multi30k:packed@100"], "error: --data entry 'multi30k:packed@100': expected"),
+    (["--decode_config=tiny", "--decode_positions=5,999"], "error: --decode_positions=5,999:"),
 ])
 def test_command_line_mistakes_are_one_line(args, message):
   """Checked before anything is timed or written: no traceback, exit status 2."""
-  p = subprocess.run([sys.executable, "-m", "transformer_jax.bench", *args, "--out="], cwd=REPO,
-                     capture_output=True, text=True, timeout=120)
+  p = _bench(*args, "--out=", timeout=120)
   assert p.returncode == 2, p.stderr
   assert p.stderr.strip().startswith(message) and len(p.stderr.strip().splitlines()) == 1, p.stderr
 
 
 def test_side_by_side_needs_the_flax_example(tmp_path):
-  p = subprocess.run([sys.executable, "-m", "experiments.bench_flax_wmt",
-                      f"--flax_wmt_dir={tmp_path}", "--out="], cwd=REPO, capture_output=True,
-                     text=True, timeout=120)
+  p = subprocess.run([sys.executable, "-m", "benchmarks.flax_wmt", f"--flax_wmt_dir={tmp_path}",
+                      "--out="], cwd=REPO, capture_output=True, text=True, timeout=120)
   assert p.returncode == 2, p.stderr
   assert p.stderr.strip() == (f"error: --flax_wmt_dir={tmp_path}: no models.py (expected flax's "
                               "examples/wmt)"), p.stderr
+
+
+def test_side_by_side_loads_the_flax_example_without_tensorflow(tmp_path):
+  """What flax's examples/wmt train.py touches at import: its sibling modules, TensorFlow (a
+  `tf.data.Dataset` annotation, evaluated when the function is defined) and clu."""
+  (tmp_path / "models.py").write_text("NAME = 'models'\n")
+  (tmp_path / "train.py").write_text(textwrap.dedent("""\
+      import bleu
+      import decode
+      import input_pipeline
+      import models
+      import tensorflow as tf
+      from clu import metric_writers, periodic_actions
+      from flax.training import checkpoints, dynamic_scale
+
+      def evaluate(*, eval_ds: tf.data.Dataset, num_eval_steps: int):
+        return num_eval_steps
+
+      def train_step(state, batch):
+        return state
+      """))
+  script = textwrap.dedent(f"""\
+      import sys
+      from benchmarks import flax_wmt
+      before = set(sys.modules)
+      models, train = flax_wmt.load_flax_wmt({str(tmp_path)!r})
+      print(models.NAME, train.evaluate(eval_ds=None, num_eval_steps=3))
+      stubs = {{"bleu", "decode", "input_pipeline", "tensorflow", "clu"}}
+      print(sorted(stubs & (set(sys.modules) - before)))
+      """)
+  p = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True,
+                     timeout=120, env=dict(os.environ, PYTHONPATH=REPO))
+  assert p.returncode == 0, p.stderr[-2000:]
+  lines = p.stdout.splitlines()
+  assert lines == ["models 3", "[]"]  # loaded; the stand-ins are gone again
 
 
 def test_side_by_side_interleaves_the_timed_steps():

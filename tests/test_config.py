@@ -1,7 +1,8 @@
-"""The run-config validator: model widths against the fixed mesh axes that split them."""
+"""The run-config validator, the one override parser and config-file loading."""
 
 import pytest
 
+from transformer_jax import config as config_lib
 from transformer_jax.config import ConfigError, default_config, validate
 
 
@@ -47,3 +48,44 @@ def test_sharded_dims_follow_the_sharding_rules():
         split.setdefault(axis, set()).add(width_of[logical])
   from transformer_jax.config import SHARDED_DIMS  # pylint: disable=g-import-not-at-top
   assert split == {axis: set(names) for axis, _, names in SHARDED_DIMS}
+
+
+# ----------------------------------------------------------------------------- the one override parser
+
+def test_overrides_are_typed_by_the_schema():
+  out = config_lib.parse_overrides(["--config.train.num_steps=50", "model.pre_ln=true",
+                                    "--config.train.learning_rate_scale=2", "--config.data.dataset=x"])
+  assert out == {"train.num_steps": 50, "model.pre_ln": True, "train.learning_rate_scale": 2.0,
+                 "data.dataset": "x"}
+  assert isinstance(out["train.learning_rate_scale"], float)
+  c = config_lib.apply_overrides(default_config(), out)
+  assert c.train.num_steps == 50 and c.model.pre_ln is True
+
+
+@pytest.mark.parametrize("arg,match", [
+    ("--config.model.d_modle=64", r"unknown config key 'model.d_modle' \(did you mean 'd_model'\?\)"),
+    ("--config.modle.d_model=64", r"unknown config key 'modle' \(did you mean 'model'\?\)"),
+    ("--config.model.pre_ln=ture", "config key 'model.pre_ln' must be bool, got 'ture'"),
+    ("--config.train.num_steps=1.5", "config key 'train.num_steps' must be int"),
+    ("--config.model=3", "config key 'model' is a section"),
+    ("--config.model.d_model", "must look like --config.section.key=value"),
+])
+def test_override_mistakes_are_one_line(arg, match):
+  with pytest.raises(ConfigError, match=match) as e:
+    config_lib.parse_overrides([arg])
+  assert "\n" not in str(e.value)
+
+
+def test_config_file_mistakes_name_the_file_and_the_reason(tmp_path):
+  broken = tmp_path / "broken.py"
+  broken.write_text("def get_config(:\n  pass\n")
+  raising = tmp_path / "raising.py"
+  raising.write_text("def get_config(variant=''):\n  raise ValueError(f'unknown variant {variant!r}')\n")
+  cases = [("configs/nope.py", "config file configs/nope.py not found"),
+           (str(broken), f"config file {broken}, line 1: syntax error"),
+           (f"{raising}:long", "ValueError: unknown variant 'long'"),
+           ("configs/multi30k.py:long", "unknown variant 'long'")]
+  for spec, match in cases:
+    with pytest.raises(ConfigError) as e:
+      config_lib.load_config_file(spec)
+    assert match in str(e.value) and "\n" not in str(e.value), (spec, str(e.value))

@@ -1,5 +1,6 @@
 """The input side on the real Multi30k files: TFDS builder, SentencePiece, token-budget batches,
-epoch coverage, resumable iterator state, multi-process sharding, packing, eval batches.
+epoch coverage, resumable iterator state, multi-process sharding, packing, eval batches (of a
+split, or of texts read from any two files).
 
 Needs TRANSFORMER_JAX_DATA_DIR (CI: ../shared/data); everything is prepared in a module-scoped
 temp folder, so the vocabulary (1000 BPE pieces) is trained once.
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 
 from tests.common import DATA_DIR, requires_data
-from transformer_jax.data import batching, datasets, pipeline, token_cache, tokenizer
+from transformer_jax.data import DataError, batching, pipeline, sources, token_cache, tokenizer
 
 pytestmark = requires_data
 
@@ -59,25 +60,25 @@ def _with(config, **data):
 
 
 def test_builder_yields_every_pair_without_tensorflow(config):
-  sizes = {split: len(datasets.split_source(config, split)) for split in datasets.SPLITS}
+  sizes = {split: len(sources.split_source(config, split)) for split in sources.SPLITS}
   assert sizes == {"train": 29000, "validation": 1014, "test": 1000}
-  info = next(pathlib.Path(datasets.cache_root(config)).glob("parallel_text/*/1.0.0/dataset_info.json"))
+  info = next(pathlib.Path(sources.cache_root(config)).glob("parallel_text/*/1.0.0/dataset_info.json"))
   mtime = info.stat().st_mtime_ns
-  datasets.split_source(config, "train")  # prepared once, then reused
+  sources.split_source(config, "train")  # prepared once, then reused
   assert info.stat().st_mtime_ns == mtime
   assert "tensorflow" not in sys.modules
 
 
 def test_texts_are_cleaned_and_in_file_order(config):
-  src, tgt = datasets.load_split_texts(config, "train")
+  src, tgt = sources.load_split_texts(config, "train")
   assert len(src) == len(tgt) == 29000
   assert src[0] == "Two young, White males are outside near many bushes."
   assert all(t == " ".join(t.split()) for t in src + tgt)  # stripped, no tabs or double spaces
   assert "\t" not in tgt[7365] and tgt[7365].startswith('"')
   assert not [s for s in src if "&amp;" in s or "&#" in s]
-  raw, _ = datasets.load_split_texts(_with(config, html_unescape=False), "train")
+  raw, _ = sources.load_split_texts(_with(config, html_unescape=False), "train")
   assert sum("&amp;" in s for s in raw) > 0
-  assert datasets.clean_text("  a\t b &amp; c  ", html_unescape=True) == "a b & c"
+  assert sources.clean_text("  a\t b &amp; c  ", html_unescape=True) == "a b & c"
 
 
 # ----------------------------------------------------------------------------- SentencePiece
@@ -87,7 +88,7 @@ def test_tokenizer_round_trip_and_special_ids(config, tok, tmp):
   assert tok.vocab_size == 1000
   assert (tok.pad_id, tok.eos_id, tok.unk_id) == (0, 1, 2)
   assert [tok.id_to_piece(i) for i in range(3)] == ["<pad>", "</s>", "<unk>"]
-  src, tgt = datasets.load_split_texts(config, "validation")
+  src, tgt = sources.load_split_texts(config, "validation")
   texts = src + tgt
   same = sum(tok.decode(tok.encode(t)) == t for t in texts)
   assert same >= 0.99 * len(texts)
@@ -120,7 +121,7 @@ def _rows_as_examples(batch):
 
 def _kept_examples(config, tok):
   tokd = token_cache.tokenized_split(config, tok, "train")
-  keep = token_cache.select_for_training(tokd, config.data.max_source_len, config.data.max_target_len)
+  keep = batching.select_for_training(tokd, config.data.max_source_len, config.data.max_target_len)
   return tokd, keep, collections.Counter(
       (tuple(tokd.source(i).tolist()), tuple(tokd.target(i).tolist())) for i in keep)
 
@@ -158,12 +159,12 @@ def test_an_epoch_holds_every_example_exactly_once(config, tok, mode):
   it = pipeline.make_train_iterator(c, tok, batch_multiple=2)
   seen = []
   if mode == "bucket":
-    n_batches = len(it._planner.epoch_batches(0)[0])
+    n_batches = len(it.planner.epoch_batches(0)[0])
     for _ in range(n_batches):
       seen += _rows_as_examples(next(it))
     assert it.get_state()["batch"] == n_batches
   else:
-    n_rows = len(it._planner._epoch_rows(0))
+    n_rows = len(it.planner._epoch_rows(0))
     rows = []
     while len(rows) < n_rows:
       batch = next(it)
@@ -182,8 +183,8 @@ def test_epochs_are_shuffled_differently_and_deterministically(config, tok):
   first = [next(a) for _ in range(3)]
   for x, y in zip(first, [next(b) for _ in range(3)]):
     np.testing.assert_array_equal(x["inputs"], y["inputs"])
-  e0, _, _ = a._planner.epoch_batches(0)
-  e1, _, _ = a._planner.epoch_batches(1)
+  e0, _, _ = a.planner.epoch_batches(0)
+  e1, _, _ = a.planner.epoch_batches(1)
   assert [s.example_ids[:5].tolist() for s in e0[:3]] != [s.example_ids[:5].tolist() for s in e1[:3]]
   c1 = c.copy_and_resolve_references()
   c1.seed = 1
@@ -203,7 +204,7 @@ def _assert_same(xs, ys):
 def test_resume_from_saved_state_gives_identical_batches(config, tok, mode):
   c = _with(config, tokens_per_batch=4096, batch_mode=mode)
   it = pipeline.make_train_iterator(c, tok, batch_multiple=2)
-  n_epoch = len(it._planner.epoch_batches(0)[0])
+  n_epoch = len(it.planner.epoch_batches(0)[0])
   for _ in range(n_epoch - 3):  # stop just before an epoch boundary
     next(it)
   state = it.get_state()
@@ -322,8 +323,6 @@ def test_eval_batches_keep_every_example(config, tok):
       s = tokd.source(ex)
       np.testing.assert_array_equal(b["inputs"][i][:len(s)], s)
       assert (b["inputs"][i][len(s):] == 0).all()
-  src_ids, tgt_ids = pipeline.load_split_token_ids(config, tok, "test")
-  assert len(src_ids) == len(tgt_ids) == 1000 and all(x[-1] == tok.eos_id for x in src_ids)
   # Split across two processes: the halves of each global batch.
   halves = [pipeline.make_eval_batches(config, tok, "validation", batch_multiple=2,
                                        process_index=p, process_count=2) for p in range(2)]
@@ -349,5 +348,32 @@ def test_pack_plans_fill_rows(config, tok):
                                   seed=0, tokens_per_batch=4096, max_source_len=64,
                                   max_target_len=64, row_multiple=1)
   specs, _, _ = planner.epoch_batches(0)
-  stats = batching.plan_stats(specs, tokd.source_lengths, tokd.target_lengths)
-  assert stats["target_real_share"] > 0.85 and stats["shapes"] == 1
+  assert len({(s.num_rows, s.source_len, s.target_len) for s in specs}) == 1
+  real = sum(int(tokd.target_lengths[s.example_ids].sum()) for s in specs)
+  assert real > 0.85 * sum(s.num_rows * s.target_len for s in specs)
+
+
+# ----------------------------------------------------------------------------- any test set
+
+
+def test_eval_batches_of_given_texts_equal_those_of_the_split(config, tok):
+  """A test set read from its files scores exactly like the configured split it is."""
+  src_path, ref_path = sources.local_split_files(config, "validation")
+  texts = sources.read_parallel_files(src_path, ref_path, html_unescape=config.data.html_unescape)
+  assert texts == sources.load_split_texts(config, "validation")
+  got = pipeline.make_eval_batches(config, tok, None, texts=texts, batch_multiple=2)
+  _assert_same(got, pipeline.make_eval_batches(config, tok, "validation", batch_multiple=2))
+  for split, given in ((None, None), ("validation", texts)):
+    with pytest.raises(ValueError):
+      pipeline.make_eval_batches(config, tok, split, texts=given)
+
+
+def test_load_tokenizer_loads_the_workdir_vocabulary_and_never_trains(tok, tmp):
+  assert tokenizer.load_tokenizer(str(tmp / "workdir")).sha == tok.sha
+  empty = tmp / "no-vocab"
+  empty.mkdir()
+  with pytest.raises(DataError) as e:
+    tokenizer.load_tokenizer(str(empty))
+  msg = str(e.value)
+  assert "\n" not in msg and msg.startswith(f"{empty} has no vocabulary ({empty / 'vocab'})")
+  assert "train first" in msg and not os.listdir(empty)

@@ -46,6 +46,35 @@ def test_bucket_plan_covers_each_example_once_within_budget():
   assert partial <= 1  # left-overs move up a bucket: one partial batch per epoch at most
 
 
+@pytest.mark.parametrize("max_len,count", [(256, 8), (100, 8), (32, 4), (16, 8), (256, 1)])
+def test_bucket_lengths_are_few_and_cover_every_length(max_len, count):
+  b = batching.bucket_lengths(max_len, count)
+  assert len(b) <= count and b == sorted(set(b)) and b[-1] == batching.round_up(max_len)
+  assert all(x % batching.LENGTH_STEP == 0 for x in b)
+  lengths = np.arange(1, max_len + 1)
+  got = batching.bucket_of(lengths, b)
+  assert (got >= lengths).all()                    # every length fits its bucket
+  assert set(got.tolist()) <= set(b)               # and only those lengths occur
+
+
+def test_bucket_mode_compiles_at_most_num_buckets_shapes():
+  """Long sentences (up to 256 tokens) in 8 buckets: every batch of several epochs has one of
+  the planner's announced shapes, and there are at most 8 of them (not one per multiple of 8)."""
+  tok = _synthetic(3000, max_len=250)
+  planner = _planner(tok, "bucket", tokens_per_batch=4096, max_source_len=256, max_target_len=256,
+                     num_buckets=8)
+  shapes = set(planner.batch_shapes())
+  assert len(shapes) <= 8
+  seen = set()
+  for epoch in range(3):
+    specs, _, _ = planner.epoch_batches(epoch)
+    seen |= {(s.num_rows, s.source_len, s.target_len) for s in specs}
+  assert seen <= shapes and len(seen) >= 4
+  eval_specs = batching.eval_plan(tok.source_lengths, tok.target_lengths, rows=64,
+                                  max_source_len=256, max_target_len=256, num_buckets=8)
+  assert len({(s.source_len, s.target_len) for s in eval_specs}) <= 8 * 8
+
+
 @pytest.mark.parametrize("n", [3, 7, 40])  # epochs with fewer rows than one batch, too
 def test_pack_rows_stream_across_epochs(n):
   tok = _synthetic(n, max_len=20)
@@ -107,3 +136,18 @@ def test_iterator_state_resumes_exactly(mode):
       got = next(fresh)
       for key in want:
         np.testing.assert_array_equal(got[key], want[key])
+
+
+def test_a_state_from_another_plan_warns_on_the_console(capsys):
+  """After a mesh change the row multiple differs: the restored position is used, and the user
+  is told on stderr (absl warnings are hidden at the CLI's default verbosity)."""
+  tok = _synthetic(200)
+  def make(row_multiple):
+    return pipeline.TrainBatchIterator(_planner(tok, "pack", row_multiple=row_multiple),
+                                       batching.BatchAssembler(tok), grain.ReadOptions())
+  state = make(2).get_state()
+  make(2).set_state(state)
+  assert "warning:" not in capsys.readouterr().err
+  make(4).set_state(state)
+  err = capsys.readouterr().err
+  assert err.startswith("warning: the checkpoint's data position was made for another batch plan")

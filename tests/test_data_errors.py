@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from transformer_jax.config import ConfigError, default_config
-from transformer_jax.data import DataError, datasets, pipeline, tokenizer
+from transformer_jax.data import DataError, pipeline, sources, tokenizer
 
 WORDS = ("a man woman dog cat runs walks sits on the in red blue green small big street park "
          "house tree water ball car").split()
@@ -76,14 +76,14 @@ def test_a_good_small_corpus_works(tmp_path):
   tok = tokenizer.load_or_train_tokenizer(c, str(tmp_path / "wd"))
   batch = next(pipeline.make_train_iterator(c, tok))
   assert batch["inputs"].shape[0] * batch["inputs"].shape[1] <= 256
-  assert len(datasets.load_split_texts(c, "validation")[0]) == 10
+  assert len(sources.load_split_texts(c, "validation")[0]) == 10
 
 
 def test_mismatched_line_counts_name_both_files(tmp_path):
   folder = _corpus(tmp_path)
   _write(folder / "train.de", _sentences(59, 3), gz=True)
   with pytest.raises(DataError) as e:
-    datasets.load_split_texts(_config(tmp_path), "train")
+    sources.load_split_texts(_config(tmp_path), "train")
   msg = _one_line(e)
   assert "train.en.gz has 60 lines" in msg and "train.de.gz has 59" in msg
   assert _nothing_prepared(tmp_path)
@@ -93,20 +93,20 @@ def test_missing_file_folder_and_data_dir(tmp_path):
   folder = _corpus(tmp_path, gz=False)
   os.remove(folder / "val.de")
   with pytest.raises(DataError) as e:
-    datasets.load_split_texts(_config(tmp_path), "train")
+    sources.load_split_texts(_config(tmp_path), "train")
   assert "data file not found" in _one_line(e) and "val.de" in str(e.value)
   with pytest.raises(DataError) as e:
-    datasets.load_split_texts(_config(tmp_path, local_corpus="nope"), "train")
+    sources.load_split_texts(_config(tmp_path, local_corpus="nope"), "train")
   assert "data folder not found" in _one_line(e) and "nope" in str(e.value)
   with pytest.raises(DataError) as e:
-    datasets.load_split_texts(_config(tmp_path, data_dir=str(tmp_path / "absent")), "train")
+    sources.load_split_texts(_config(tmp_path, data_dir=str(tmp_path / "absent")), "train")
   assert "data folder not found" in _one_line(e)
   assert _nothing_prepared(tmp_path)
 
 
 def test_plain_text_files_work_too(tmp_path):
   _corpus(tmp_path, gz=False)
-  src, tgt = datasets.load_split_texts(_config(tmp_path), "train")
+  src, tgt = sources.load_split_texts(_config(tmp_path), "train")
   assert len(src) == len(tgt) == 60
 
 
@@ -116,11 +116,11 @@ def test_bad_utf8_names_file_and_line_or_is_skipped(tmp_path):
   raw = ("\n".join(lines[:2]) + "\n").encode() + b"caf\xe9 au lait\n" + ("\n".join(lines[3:]) + "\n").encode()
   _write(folder / "train.de", None, gz=True, raw=raw)
   with pytest.raises(DataError) as e:
-    datasets.load_split_texts(_config(tmp_path), "train")
+    sources.load_split_texts(_config(tmp_path), "train")
   msg = _one_line(e)
   assert "train.de.gz line 3 is not valid UTF-8" in msg and "skip_bad_utf8" in msg
   assert _nothing_prepared(tmp_path)
-  src, tgt = datasets.load_split_texts(_config(tmp_path, skip_bad_utf8=True), "train")
+  src, tgt = sources.load_split_texts(_config(tmp_path, skip_bad_utf8=True), "train")
   assert len(src) == len(tgt) == 59 and tgt[2] == lines[3]
 
 
@@ -167,7 +167,7 @@ def test_workdir_vocabulary_of_another_size_is_refused(tmp_path):
 def test_tfds_wmt14_language_mismatch_and_offline_prepare(tmp_path, monkeypatch):
   c = _config(tmp_path, dataset="wmt14_translate/de-en", source_lang="fr")
   with pytest.raises(DataError) as e:
-    datasets.split_source(c, "train")
+    sources.split_source(c, "train")
   assert "do not match" in _one_line(e)
 
   def offline(*args, **kwargs):
@@ -176,6 +176,73 @@ def test_tfds_wmt14_language_mismatch_and_offline_prepare(tmp_path, monkeypatch)
   monkeypatch.setattr(socket, "getaddrinfo", offline)
   c = _config(tmp_path, dataset="wmt14_translate/de-en")
   with pytest.raises(DataError) as e:
-    datasets.split_source(c, "validation")
+    sources.split_source(c, "validation")
   msg = _one_line(e)
   assert "wmt14_translate/de-en is not prepared" in msg and "no internet" in msg
+
+
+# ----------------------------------------------------------------------------- any two files
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_read_parallel_files_plain_or_gz(tmp_path, gz):
+  src, ref = ["a  b &amp; c", " d\te "], ["x &lt; y", "z"]
+  _write(tmp_path / "t.en", src, gz=gz)
+  _write(tmp_path / "t.de", ref, gz=gz)
+  paths = [str(tmp_path / f"t.{lang}") + (".gz" if gz else "") for lang in ("en", "de")]
+  assert sources.read_parallel_files(*paths) == (["a b &amp; c", "d e"], ["x &lt; y", "z"])
+  assert sources.read_parallel_files(*paths, html_unescape=True) == (["a b & c", "d e"],
+                                                                     ["x < y", "z"])
+
+
+def test_read_parallel_files_errors_name_the_file_and_line(tmp_path):
+  good, short = tmp_path / "good.en", tmp_path / "short.de"
+  _write(good, ["one", "two", "three"])
+  _write(short, ["eins", "zwei"])
+  with pytest.raises(DataError) as e:
+    sources.read_parallel_files(str(good), str(tmp_path / "absent.de"))
+  assert _one_line(e) == f"file not found: {tmp_path / 'absent.de'}"
+  with pytest.raises(DataError) as e:
+    sources.read_parallel_files(str(good), str(short))
+  assert _one_line(e) == f"line counts differ: {good} has 3 lines but {short} has 2"
+  with pytest.raises(DataError) as e:
+    sources.read_parallel_files(str(short), str(good))
+  assert f"{short} has 2 lines but {good} has 3" in _one_line(e)
+  bad = tmp_path / "bad.de"
+  _write(bad, None, raw=b"eins\nzwei\ndr\xe9i\n")
+  with pytest.raises(DataError) as e:
+    sources.read_parallel_files(str(good), str(bad))
+  msg = _one_line(e)
+  assert msg.startswith(f"{bad} line 3 is not valid UTF-8") and "skip_bad_utf8" not in msg
+  not_gz = tmp_path / "plain.de.gz"
+  not_gz.write_bytes(b"eins\nzwei\ndrei\n")
+  with pytest.raises(DataError) as e:
+    sources.read_parallel_files(str(good), str(not_gz))
+  assert _one_line(e).startswith(f"cannot read {not_gz}:")
+
+
+def test_eval_batches_of_texts_hold_every_pair(tmp_path):
+  _corpus(tmp_path)
+  c = _config(tmp_path, eval_batch_size=4)
+  tok = tokenizer.load_or_train_tokenizer(c, str(tmp_path / "wd"))
+  texts = (_sentences(10, 7), _sentences(10, 8))
+  batches = pipeline.make_eval_batches(c, tok, None, texts=texts)
+  index = np.concatenate([b["example_index"] for b in batches])
+  assert sorted(index[index >= 0].tolist()) == list(range(10))
+  for b in batches:
+    for row, i in enumerate(b["example_index"]):
+      if i >= 0:
+        ids = tok.encode_with_eos(texts[1][i])
+        assert b["targets"][row].tolist() == ids + [0] * (b["targets"].shape[1] - len(ids))
+  with pytest.raises(DataError) as e:
+    pipeline.make_eval_batches(c, tok, None, texts=(texts[0], texts[1][:9]))
+  assert "10 source texts but 9 references" in _one_line(e)
+  assert pipeline.make_eval_batches(c, tok, None, texts=([], [])) == []
+
+
+def test_load_tokenizer_refuses_a_bad_vocabulary_file(tmp_path):
+  (tmp_path / "wd" / "vocab").mkdir(parents=True)
+  (tmp_path / "wd" / "vocab" / "spm.model").write_bytes(b"not a model")
+  with pytest.raises(DataError) as e:
+    tokenizer.load_tokenizer(str(tmp_path / "wd"))
+  assert "spm.model is not a SentencePiece model" in _one_line(e)

@@ -40,29 +40,3 @@ def test_reexec_keeps_the_command_line_and_runs_once(tmp_path, switch, expected)
   p = subprocess.run([sys.executable, str(probe), "--a=1", "b c"], env=env, capture_output=True,
                      text=True, timeout=60, check=True)
   assert p.stdout.splitlines() == [f"{expected} ['--a=1', 'b c']"]
-
-
-def _page_faults_of_one_step(env) -> int:
-  script = """
-import resource
-from transformer_jax.bench import train_step as ts
-s = ts.Stepper("base", "2x64", [])
-s(); s()
-r0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-s()
-print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - r0)
-"""
-  p = subprocess.run([sys.executable, "-c", script], env=dict(env, PYTHONPATH=REPO),
-                     capture_output=True, text=True, timeout=300, check=True, cwd=REPO)
-  return int(p.stdout.strip().splitlines()[-1])
-
-
-def test_with_the_settings_a_train_step_makes_no_page_faults():
-  """The base model's step at 2x64: ~44,000 page faults per step without, none with."""
-  if not host_memory.wanted(dict(_CPU)):
-    pytest.skip("not Linux/glibc")
-  plain = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
-  without = _page_faults_of_one_step(dict(plain, **_CPU))
-  if without < 10_000:
-    pytest.skip(f"this machine's malloc keeps the step's buffers anyway ({without} page faults)")
-  assert _page_faults_of_one_step(dict(plain, **_CPU, **host_memory.MALLOC_SETTINGS)) < 1_000

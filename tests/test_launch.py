@@ -65,6 +65,7 @@ def test_tpu_vm_dry_run_prints_the_whole_lifecycle(stub_env):
   assert ("python3 -m transformer_jax.main --config=configs/tpu.py:big "
           "--workdir=/mnt/shared/runs/big --config.train.num_steps=10") in train
   assert "export TRANSFORMER_JAX_DATA_DIR=/mnt/shared/data" in train
+  assert "--command=set -o pipefail && " in train  # the trainer's exit status, not tee's
   assert delete == ("gcloud compute tpus tpu-vm delete transformer-jax-tester "
                     "--zone=europe-west4-b --quiet")
   assert not calls.exists(), calls.read_text()

@@ -45,9 +45,9 @@ def _env(devices_per_process: int):
   return env
 
 
-def _start(workdir, steps, *, devices, cluster=None):
+def _start(workdir, steps, *, devices, cluster=None, extra=()):
   cmd = [sys.executable, "-m", "transformer_jax.main", f"--workdir={workdir}", *FLAGS,
-         f"--config.train.num_steps={steps}"]
+         f"--config.train.num_steps={steps}", *extra]
   if cluster:
     address, index = cluster
     cmd += [f"--coordinator_address={address}", "--num_processes=2", f"--process_id={index}"]
@@ -128,6 +128,67 @@ def test_two_processes_train_like_one_and_resume(tmp_path):
   assert _steps(two) == [2, 4, 6]
   assert _metrics(two)[6]["loss"] == pytest.approx(_metrics(one)[6]["loss"], rel=1e-5)
   _assert_params_close(_params(two, 6), _params(one, 6))
+
+
+# ----------------------------------------------------------------------------- hosts that agree
+
+
+def _wait_for_step(workdir, step, procs, timeout=TIMEOUT_S):
+  """Blocks until metrics.jsonl has a train line at or past `step` (the processes are stepping)."""
+  import time  # pylint: disable=g-import-not-at-top
+  deadline = time.time() + timeout
+  while time.time() < deadline:
+    if any(p.poll() is not None for p in procs):
+      pytest.fail("a process ended early:\n" + "\n".join((p.communicate()[0] or "")[-3000:]
+                                                          for p in procs))
+    if os.path.exists(os.path.join(workdir, "metrics.jsonl")) and any(
+        s >= step for s in _metrics(workdir)):
+      return
+    time.sleep(0.5)
+  pytest.fail(f"no step {step} within {timeout} s")
+
+
+@requires_data
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_sigterm_to_one_process_stops_both_at_the_same_step(tmp_path):
+  """SIGTERM reaches one host only (as on a TPU slice): both save the same step, exit 0, and a
+  restart resumes both from it. Deciding alone, the signalled process would enter the save
+  barrier while the other entered the next all-reduce: a hang."""
+  import signal  # pylint: disable=g-import-not-at-top
+  w = str(tmp_path / "run")
+  address = f"127.0.0.1:{_free_port()}"
+  extra = ["--config.train.log_every_steps=1", "--config.train.checkpoint_every_steps=100000"]
+  procs = [_start(w, 100_000, devices=1, cluster=(address, i), extra=extra) for i in range(2)]
+  _wait_for_step(w, 3, procs)
+  procs[1].send_signal(signal.SIGTERM)
+  outputs = _finish(procs)
+  saved = _steps(w)
+  assert len(saved) == 1, saved
+  # Process 0 reports (it was not signalled); both exited 0 (_finish) after one joint save.
+  assert f"SIGTERM: saved a checkpoint at step {saved[0]}; exiting" in outputs[0], outputs[0][-2000:]
+  outputs = _pair(w, saved[0] + 2)
+  for out in outputs:
+    assert f"resuming from the checkpoint at step {saved[0]}" in out
+  assert _steps(w)[-1] == saved[0] + 2
+
+
+@requires_data
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_time_limit_and_minute_checkpoints_fire_at_the_same_step(tmp_path):
+  """Clock-based decisions are process 0's: with checkpoints every ~0.3 s and a 6-second limit,
+  both processes save the same steps (the joint Orbax save needs both) and stop together."""
+  w = str(tmp_path / "run")
+  address = f"127.0.0.1:{_free_port()}"
+  extra = ["--config.train.checkpoint_every_steps=100000", "--config.train.keep_checkpoints=100",
+           "--config.train.checkpoint_every_minutes=0.005", "--config.train.max_train_minutes=0.1"]
+  procs = [_start(w, 100_000, devices=1, cluster=(address, i), extra=extra) for i in range(2)]
+  outputs = _finish(procs)
+  saved = _steps(w)
+  assert len(saved) >= 2, saved  # minute checkpoints, then the one at the limit
+  assert f"train.max_train_minutes reached: saved a checkpoint at step {saved[-1]}" in outputs[0], (
+      outputs[0][-2000:])
 
 
 # ----------------------------------------------------------------------------- start-up logic

@@ -211,8 +211,13 @@ def _decode_report(params, devices) -> dict:
   fn = jax.jit(search, in_shardings=(params_sh, inputs_sh))
   with sharding.mesh_context(mesh, sharding.INFERENCE_RULES):
     out = fn(jax.device_put(params, params_sh), inputs)
+  # What evaluation runs: decode.translate_batch split over the mesh's data axes.
+  best = decode.translate_batch(ModelConfig.from_config(config.model), jax.device_put(params, params_sh),
+                                np.asarray(inputs), beam_size=2, alpha=0.6, max_extra_len=5, mesh=mesh)
   return {"same_tokens": bool(np.array_equal(np.asarray(out[0]), np.asarray(ref[0]))),
+          "translate_batch_same": bool(np.array_equal(np.asarray(best), np.asarray(ref[0])[:, 0])),
           "max_score_diff": float(np.max(np.abs(np.asarray(out[1]) - np.asarray(ref[1])))),
+          "max_abs_score": float(np.max(np.abs(np.asarray(ref[1])))),
           "wi_spec": _spec(params_sh["encoder"]["layer_0"]["ffn"]["wi"]["kernel"])}
 
 
@@ -297,8 +302,9 @@ def test_parameters_and_adam_moments_are_really_sharded(report, name):
 def test_beam_search_with_inference_shardings_matches_one_device(report):
   r = report["decode"]
   assert r["wi_spec"] == [None, "tensor"]  # weights whole along d_model, split over tensor
-  assert r["same_tokens"]
-  assert r["max_score_diff"] < 1e-5
+  assert r["same_tokens"] and r["translate_batch_same"]
+  # Sums of log-probabilities from differently partitioned programs: relative tolerance.
+  assert r["max_score_diff"] <= 1e-5 * max(1.0, r["max_abs_score"])
 
 
 @pytest.mark.parametrize("case", [
@@ -422,7 +428,6 @@ def test_make_mesh_on_this_machine():
   assert mesh.axis_names == ("data", "fsdp", "tensor")
   assert mesh.shape["data"] == jax.device_count() and mesh.devices.size == jax.device_count()
   assert all(t == AxisType.Auto for t in mesh.axis_types)  # flax's constraints need Auto axes
-  assert sharding.describe(mesh).startswith(f"data={jax.device_count()} fsdp=1 tensor=1")
 
 
 def test_param_shardings_for_inference_match_the_train_state():
@@ -437,8 +442,6 @@ def test_param_shardings_for_inference_match_the_train_state():
   assert all(a.dtype == np.float32 and a.sharding is not None for a in jax.tree.leaves(abstract))
   _, inference = sharding.param_shardings(config, mesh, inference=True)
   assert tuple(_flat(inference)["encoder.layer_0.ffn.wi.kernel"].spec) == (None, "tensor")
-  table = sharding.sharding_table(abstract)
-  assert "['ffn']['wi']['kernel']" in table and "P('fsdp', 'tensor')" in table
 
 
 if __name__ == "__main__":

@@ -96,3 +96,93 @@ def test_translator_api(workdir):
   assert len(out) == 3 and out[1] == "" and all(isinstance(x, str) for x in out)
   assert t.translate(["A man rides a bike."]) == out[:1]  # batch-independent
   assert DATA_DIR
+
+
+def test_eval_honours_decode_overrides_and_rejects_model_ones(workdir):
+  outputs = {}
+  for beam in (1, 4):
+    result = _main("--mode=eval", f"--workdir={workdir}", "--split=validation",
+                   "--bleu_sentences=60", f"--config.decode.beam_size={beam}")
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    stem = os.path.join(workdir, "eval", f"validation_step4_beam{beam}")
+    report = json.load(open(stem + ".json"))
+    assert report["decode"]["beam_size"] == beam and report["sentences"] == 60
+    assert report["overrides"] == {"decode.beam_size": beam}
+    outputs[beam] = open(stem + ".txt", encoding="utf-8").read().split("\n")
+  assert len(outputs[1]) == len(outputs[4]) == 61
+  assert outputs[1] != outputs[4]  # the setting reached the search
+  result = _main("--mode=eval", f"--workdir={workdir}", "--config.model.num_heads=4")
+  assert result.returncode == 2
+  last = result.stderr.decode().strip().splitlines()[-1]
+  assert last.startswith("error: --config.model.num_heads cannot change"), last
+
+
+def test_eval_on_any_parallel_files_with_comparison(workdir, tmp_path):
+  import gzip  # pylint: disable=g-import-not-at-top
+  src, ref = tmp_path / "set.en", tmp_path / "set.de.gz"
+  src.write_text("A man rides a bike.\nTwo dogs play in the snow.\nA woman reads.\n", encoding="utf-8")
+  with gzip.open(ref, "wt", encoding="utf-8") as f:
+    f.write("Ein Mann fährt Fahrrad.\nZwei Hunde spielen im Schnee.\nEine Frau liest.\n")
+  other = tmp_path / "other.txt"
+  other.write_text("Ein Mann.\nHunde.\nFrau.\n", encoding="utf-8")
+  result = _main("--mode=eval", f"--workdir={workdir}", f"--source={src}", f"--reference={ref}",
+                 f"--compare={other}")
+  assert result.returncode == 0, result.stderr.decode()[-2000:]
+  report = json.load(open(os.path.join(workdir, "eval", "set_step4.json")))
+  assert report["sentences"] == 3 and report["tokens"] > 3
+  assert {"bleu", "chrf"} <= set(report["compare"])
+  assert 0 <= report["compare"]["bleu"]["p_value"] <= 1
+  # The paper's BLEU against an already tokenized reference file, as get_ende_bleu.sh.
+  from transformer_jax import bleu  # pylint: disable=g-import-not-at-top
+  tok_ref = tmp_path / "set.tok.de"
+  tok_ref.write_text("Ein Mann fährt Fahrrad .\nZwei Hunde spielen im Schnee .\nEine Frau liest .\n",
+                     encoding="utf-8")
+  result = _main("--mode=eval", f"--workdir={workdir}", f"--source={src}", f"--reference={ref}",
+                 f"--tokenized_reference={tok_ref}")
+  assert result.returncode == 0, result.stderr.decode()[-2000:]
+  report = json.load(open(os.path.join(workdir, "eval", "set_step4.json")))
+  hyps = open(os.path.join(workdir, "eval", "set_step4.txt"), encoding="utf-8").read().split("\n")[:3]
+  expected = bleu.tokenized_bleu(hyps, None, "de", tokenized_references=tok_ref.read_text(
+      encoding="utf-8").split("\n")[:3])
+  assert report["tokenized_bleu"] == pytest.approx(expected["score"])
+  # Mismatched line counts: one line naming both files.
+  short = tmp_path / "short.de"
+  short.write_text("Ein Mann.\n", encoding="utf-8")
+  result = _main("--mode=eval", f"--workdir={workdir}", f"--source={src}", f"--reference={short}")
+  assert result.returncode == 2
+  last = result.stderr.decode().strip().splitlines()[-1]
+  assert last.startswith("error:") and "set.en" in last and "short.de" in last, last
+
+
+def test_eval_without_vocabulary_is_an_error_and_trains_nothing(workdir, tmp_path):
+  import shutil  # pylint: disable=g-import-not-at-top
+  copy = tmp_path / "novocab"
+  shutil.copytree(os.path.join(workdir, "checkpoints"), copy / "checkpoints")
+  for mode in ("eval", "translate"):
+    result = _main(f"--mode={mode}", f"--workdir={copy}", stdin=b"A man.\n")
+    assert result.returncode == 2
+    last = result.stderr.decode().strip().splitlines()[-1]
+    assert last.startswith("error:") and "no vocabulary" in last, last
+  assert not (copy / "vocab").exists()
+
+
+def test_translate_takes_average_and_decode_overrides(workdir):
+  result = _main("--mode=translate", f"--workdir={workdir}", "--average=2", "--step=4",
+                 "--config.decode.beam_size=1", stdin=b"A man rides a bike.\n")
+  assert result.returncode == 0, result.stderr.decode()[-2000:]
+  assert len(result.stdout.decode().split("\n")) == 2
+
+
+def test_progress_bar_of_a_wall_time_run_shows_the_time_budget(capsys):
+  from configs import multi30k  # pylint: disable=g-import-not-at-top
+  from transformer_jax.metrics import Progress  # pylint: disable=g-import-not-at-top
+  t = multi30k.get_config("short").train
+  bar = Progress(True, t.num_steps, 0, t.max_train_minutes)
+  assert bar._bar.total == 180 and bar._bar.unit == "s"  # pylint: disable=protected-access
+  bar.update(10, loss="3.2")
+  bar.close()
+  line = capsys.readouterr().err.strip().splitlines()[-1]
+  assert "of the time budget" in line and "/180 s" in line and "step=10" in line, line
+  steps = Progress(True, 500, 20)  # no time limit: a bar of steps
+  assert steps._bar.total == 500 and steps._bar.n == 20  # pylint: disable=protected-access
+  steps.close()

@@ -43,13 +43,14 @@ import numpy as np
 
 from transformer_jax.config import ModelConfig
 from transformer_jax.model import Transformer
+from transformer_jax.special_ids import EOS_ID
 
 KINDS = ("encoder_self", "decoder_self", "cross")
 KIND_TITLES = {"encoder_self": "encoder self-attention",
                "decoder_self": "decoder self-attention (masked)",
                "cross": "encoder-decoder (cross) attention"}
 DEFAULT_SENTENCE = "The animal didn't cross the street because it was too tired."
-START_LABEL, EOS_LABEL, PAD_ID, EOS_ID = "<s>", "</s>", 0, 1
+START_LABEL, EOS_LABEL = "<s>", "</s>"
 
 
 def capture_model_config(model_cfg: ModelConfig) -> ModelConfig:
@@ -343,15 +344,6 @@ def write_html(maps_list: Sequence[SentenceMaps], path: str, title: str = "Atten
   with open(path, "w", encoding="utf-8") as f:
     f.write(page)
   return path
-
-
-def read_html_data(path: str) -> dict:
-  """The JSON a page written by `write_html` embeds (for tests and tools)."""
-  with open(path, encoding="utf-8") as f:
-    page = f.read()
-  start = page.index('<script id="attention-data" type="application/json">')
-  start = page.index(">", start) + 1
-  return json.loads(page[start:page.index("</script>", start)].replace("<\\/", "</"))
 
 
 def write_all(maps_list: Sequence[SentenceMaps], out_dir: str, title: str = "Attention maps"

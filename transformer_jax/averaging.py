@@ -4,11 +4,14 @@ The paper averages the last 5 checkpoints (written at 10-minute intervals) for t
 and the last 20 for big. `average_workdir(workdir, k)` writes the average as an ordinary
 checkpoint in `WORKDIR/averaged/last<k>/<step>` (step = the newest averaged step), with the run
 config, so it loads like any other (`checkpoint.load_params`, `Translator`, `--mode=eval`).
-An existing average of the same checkpoints is reused, never rewritten.
+An existing average of the same checkpoints is reused, never rewritten. Writing a new one holds
+the workdir lock (workdir.claim), so it never races a training run deleting old checkpoints or
+another averaging of the same workdir.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 
@@ -17,7 +20,7 @@ import jax.numpy as jnp
 import ml_collections
 import orbax.checkpoint as ocp
 
-from transformer_jax import checkpoint, sharding, step as step_lib
+from transformer_jax import checkpoint, sharding, step as step_lib, workdir as workdir_lib
 from transformer_jax.checkpoint import CheckpointError
 
 
@@ -25,8 +28,9 @@ def averaged_dir(workdir: str, k: int) -> str:
   return os.path.join(os.path.abspath(workdir), "averaged", f"last{k}")
 
 
-def average_workdir(workdir: str, k: int) -> str:
-  """Averages the newest k checkpoints of `workdir`; returns the folder of the new checkpoint."""
+def average_workdir(workdir: str, k: int, step: int | None = None) -> str:
+  """Averages the newest k checkpoints of `workdir` (those up to `step` when given); returns the
+  folder of the new checkpoint."""
   if k < 1:
     raise CheckpointError(f"cannot average {k} checkpoints; ask for at least 1")
   source = checkpoint.checkpoint_dir(workdir)
@@ -34,15 +38,34 @@ def average_workdir(workdir: str, k: int) -> str:
     raise CheckpointError(f"no checkpoints in {source}: the folder does not exist")
   reader = checkpoint.make_manager(source, read_only=True, with_data=False)
   steps = sorted(reader.all_steps())
+  if step is not None:
+    if step not in steps:
+      raise CheckpointError(f"no checkpoint for step {step} in {source} (steps: "
+                            f"{', '.join(map(str, steps)) or 'none'})")
+    steps = [s for s in steps if s <= step]
   if len(steps) < k:
     raise CheckpointError(f"asked to average the last {k} checkpoints but {source} holds "
                           f"{len(steps)} ({', '.join(map(str, steps)) or 'none'}); nothing written")
   chosen = steps[-k:]
   out_dir = averaged_dir(workdir, k)
-  existing = checkpoint.make_manager(out_dir, with_data=False, async_save=False)
-  if existing.latest_step() == chosen[-1]:
+  if os.path.isdir(out_dir) and chosen[-1] in checkpoint.make_manager(
+      out_dir, read_only=True, with_data=False).all_steps():
     return out_dir
+  with workdir_lib.claim(workdir, f"averaging the last {k} checkpoints"):
+    try:
+      return _write_average(reader, chosen, out_dir, steps)
+    except BaseException:
+      for folder in (out_dir, os.path.dirname(out_dir)):  # no empty folders left behind
+        with contextlib.suppress(OSError):
+          os.rmdir(folder)
+      raise
 
+
+def _write_average(reader, chosen: list[int], out_dir: str, steps: list[int]) -> str:
+  k, source = len(chosen), str(reader.directory)
+  existing = checkpoint.make_manager(out_dir, with_data=False, async_save=False)
+  if chosen[-1] in existing.all_steps():  # written by another process meanwhile
+    return out_dir
   config, _ = checkpoint.saved_config(source, chosen[-1])
   mesh = sharding.make_mesh(ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1}))
   abstract, _ = step_lib.state_shardings(config, mesh)
@@ -51,8 +74,9 @@ def average_workdir(workdir: str, k: int) -> str:
     try:
       state = reader.restore(s, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))["state"]
     except Exception as e:  # noqa: BLE001
-      raise CheckpointError(f"checkpoint {source}/{s} cannot be read ({type(e).__name__}); "
-                            "nothing written") from None
+      existing.close()
+      error = checkpoint.unreadable(source, s, steps, e)
+      raise CheckpointError(f"{error}; nothing written") from None
     params32 = jax.tree.map(lambda x: x.astype(jnp.float32), state.params)
     total = params32 if total is None else jax.tree.map(jnp.add, total, params32)
     last_state = state

@@ -1,4 +1,4 @@
-"""Beam search and greedy search over a KV-cached decoder (paper §6.1), one `lax.while_loop`.
+"""Beam search over a KV-cached decoder (paper §6.1), one `lax.while_loop`.
 
 Search semantics (tensor2tensor's beam search, as the paper used, after the flax WMT example):
 - a hypothesis Y is a token sequence ending in EOS; its score is log P(Y) / lp(|Y|) with the
@@ -16,7 +16,7 @@ Search semantics (tensor2tensor's beam search, as the paper used, after the flax
 - the padding id 0 is never emitted (a deviation from t2t; a trained model gives it ~0 mass,
   and teacher-forced scoring could not represent it).
 
-Note that with k = 1 this is not exactly greedy search: an EOS ranked second at some step is
+With k = 1 this is greedy search, except that (as in t2t) an EOS ranked second at some step is
 still kept as a finished hypothesis, and it is returned if it scores better than the greedy path.
 
 Batch rows are sentences; beams live in a second axis (`_BxK`) and are flattened to B*K rows for
@@ -31,8 +31,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-PAD_ID = 0
-EOS_ID = 1
+from transformer_jax.special_ids import EOS_ID, PAD_ID
+
 NEG_INF = -1.0e9  # finite, so that sums and differences of invalid scores stay finite
 
 # step_fn(ids_Nx1, position (int32 scalar), cache) -> (logits_NxV float32, new cache)
@@ -204,50 +204,3 @@ def beam_search(step_fn: StepFn, cache, limit_B, *, beam_size: int, alpha: float
   final = lax.while_loop(cond_fn, body_fn, state)
   # Every sentence is forced to finish at its limit (<= max_len), so finished slot 0 is filled.
   return BeamResult(final.finished_seqs_BxKxL, final.finished_scores_BxK, final.step)
-
-
-# ----------------------------------------------------------------------------- greedy search
-
-
-class GreedyState(NamedTuple):
-  step: jnp.ndarray           # int32 scalar: tokens decoded so far
-  seqs_BxL: jnp.ndarray       # int32 output tokens, zero padded
-  last_ids_B: jnp.ndarray     # int32 previous token (0, the start symbol, at first)
-  logprobs_B: jnp.ndarray     # float32 log P(output so far)
-  done_B: jnp.ndarray         # bool: EOS emitted
-  cache: Any
-
-
-def greedy_search(step_fn: StepFn, cache, limit_B, *, max_len: int):
-  """Greedy (arg-max) decoding; stops when every sentence has emitted EOS.
-
-  Same conventions as `beam_search` (cache with B rows). Returns (seqs [B, L] int32, EOS
-  terminated and zero padded; log P(seqs) [B] float32, not length-penalised).
-  """
-  limit_B = jnp.clip(jnp.asarray(limit_B, jnp.int32), 1, max_len)
-  batch = limit_B.shape[0]
-  state = GreedyState(
-      step=jnp.array(0, jnp.int32), seqs_BxL=jnp.zeros((batch, max_len), jnp.int32),
-      last_ids_B=jnp.zeros((batch,), jnp.int32), logprobs_B=jnp.zeros((batch,), jnp.float32),
-      done_B=jnp.zeros((batch,), bool), cache=cache)
-
-  def cond_fn(state: GreedyState):
-    return (state.step < max_len) & ~jnp.all(state.done_B)
-
-  def body_fn(state: GreedyState):
-    t = state.step
-    logits_BxV, cache = step_fn(state.last_ids_B[:, None], t, state.cache)
-    logprobs_BxV = _step_log_probs(logits_BxV, t, limit_B)
-    ids_B = jnp.argmax(logprobs_BxV, axis=-1).astype(jnp.int32)
-    ids_B = jnp.where(state.done_B, PAD_ID, ids_B)
-    token_logprob_B = jnp.take_along_axis(logprobs_BxV, ids_B[:, None], axis=1)[:, 0]
-    return GreedyState(
-        step=t + 1,
-        seqs_BxL=lax.dynamic_update_slice(state.seqs_BxL, ids_B[:, None], (0, t)),
-        last_ids_B=ids_B,
-        logprobs_B=state.logprobs_B + jnp.where(state.done_B, 0.0, token_logprob_B),
-        done_B=state.done_B | (ids_B == EOS_ID),
-        cache=cache)
-
-  final = lax.while_loop(cond_fn, body_fn, state)
-  return final.seqs_BxL, final.logprobs_B

@@ -1,21 +1,34 @@
 """Orbax checkpoints of a workdir: save (async), resume from the newest good one, load for use.
 
-Layout: `WORKDIR/checkpoints/<step>/` holds three items:
+Layout: `WORKDIR/checkpoints/<step>/` holds these items:
 - 'state': the TrainState (parameters, optimizer state, step counters), sharded arrays;
 - 'data': the input iterator's state (grain), so a resumed run sees the same batches;
-- 'config': the run config as JSON, so a checkpoint can be loaded without its config file.
+- 'config': the run config as JSON, so a checkpoint can be loaded without its config file;
+- 'progress': JSON {"train_seconds": ...}, the training wall time up to this step, so that
+  `train.max_train_minutes` counts across resumes (absent in older checkpoints: 0).
 
 Orbax writes each checkpoint to a temporary folder and renames it when complete, so a killed
 save never looks finished. A checkpoint that still fails to load (truncated or corrupted
 files) is moved aside to `WORKDIR/checkpoints/corrupt_<step>_<time>` and the previous one is
 used; nothing is deleted.
+
+`Saver` is a training run's writer: saves are asynchronous, and a save that fails (a full disk,
+a lost mount) in the foreground or in Orbax's background thread stops the run with one line
+(`SaveError`) naming the step, the folder and the free space; the partial temporary folder is
+removed and the older checkpoints stay. Once the run's first checkpoint is complete it writes
+`WORKDIR/config.json`, so that file always describes a checkpoint that exists.
 """
 
 from __future__ import annotations
 
 import json
+import logging as std_logging
 import os
+import re
+import shutil
+import sys
 import time
+import warnings
 from typing import Any
 
 import jax
@@ -26,8 +39,15 @@ from absl import logging
 from transformer_jax.config import ConfigError
 
 
+TMP_MARKER = ".orbax-checkpoint-tmp"  # in the names of Orbax's unfinished checkpoint folders
+
+
 class CheckpointError(ValueError):
   """A checkpoint that cannot be used; the message is one line."""
+
+
+class SaveError(CheckpointError):
+  """A checkpoint could not be written; the run stops (one line, exit 2)."""
 
 
 def checkpoint_dir(workdir: str) -> str:
@@ -39,8 +59,9 @@ def make_manager(directory: str, *, keep: int | None = None, async_save: bool = 
   options = ocp.CheckpointManagerOptions(
       max_to_keep=keep, enable_async_checkpointing=async_save, create=not read_only,
       read_only=read_only, cleanup_tmp_directories=not read_only)
-  items = ("state", "data", "config") if with_data else ("state", "config")
-  handlers = {"state": ocp.StandardCheckpointHandler(), "config": ocp.JsonCheckpointHandler()}
+  items = ("state", "config", "progress") + (("data",) if with_data else ())
+  handlers = {"state": ocp.StandardCheckpointHandler(), "config": ocp.JsonCheckpointHandler(),
+              "progress": ocp.JsonCheckpointHandler()}
   if with_data:
     import grain  # pylint: disable=g-import-not-at-top
     handlers["data"] = grain.checkpoint.CheckpointHandler()
@@ -49,12 +70,137 @@ def make_manager(directory: str, *, keep: int | None = None, async_save: bool = 
 
 
 def save(manager: ocp.CheckpointManager, step: int, state, config: ml_collections.ConfigDict,
-         data_iterator=None) -> None:
+         data_iterator=None, train_seconds: float | None = None) -> None:
   args = {"state": ocp.args.StandardSave(state), "config": ocp.args.JsonSave(config.to_dict())}
   if data_iterator is not None:
     import grain  # pylint: disable=g-import-not-at-top
     args["data"] = grain.checkpoint.CheckpointSave(data_iterator)
+  if train_seconds is not None:
+    args["progress"] = ocp.args.JsonSave({"train_seconds": float(train_seconds)})
   manager.save(step, args=ocp.args.Composite(**args), force=True)
+
+
+def _reason(error: BaseException) -> str:
+  """'Type: first line of the message', without tensorstore's trailing [key=value] notes and
+  with the middle of a long line elided (the end holds the OS error, e.g. no space left)."""
+  lines = str(error).strip().splitlines()
+  if not lines:
+    return type(error).__name__
+  text = re.split(r"\s\[[a-z_]+=", lines[0])[0]  # tensorstore appends [key='value'] notes
+  if len(text) > 300:
+    text = text[:120] + " ... " + text[-170:]
+  return f"{type(error).__name__}: {text}"
+
+
+def _steps_on_disk(directory: str) -> list[int]:
+  try:
+    return sorted(int(n) for n in os.listdir(directory) if n.isdigit())
+  except OSError:
+    return []
+
+
+class _QuietOrbaxErrors(std_logging.Filter):
+  """Orbax logs a failed save with tracebacks from each of its threads, and asyncio the futures
+  it left behind; Saver reports the failure as one line (SaveError), so those records are dropped
+  unless the log verbosity asks for INFO."""
+
+  def filter(self, record):
+    if logging.get_verbosity() >= logging.INFO:
+      return True
+    orbax = f"{os.sep}orbax{os.sep}" in record.pathname and record.levelno >= std_logging.ERROR
+    orphan = record.name == "asyncio" and "exception was never retrieved" in record.getMessage()
+    return not (orbax or orphan)
+
+
+def _quiet_unraisablehook(previous):
+  """Tensorstore reports (through sys.unraisablehook) each write that completes after a failed
+  save closed its event loop; those are dropped, everything else goes to `previous`."""
+  def hook(unraisable):
+    tb = unraisable.exc_traceback
+    if (unraisable.exc_type is RuntimeError and str(unraisable.exc_value) == "Event loop is closed"
+        and tb is not None and tb.tb_frame.f_code.co_name == "call_soon_threadsafe"):
+      return
+    previous(unraisable)
+  return hook
+
+
+class Saver:
+  """Checkpoints of a training run (see the module docstring): save, poll, finish, close."""
+
+  def __init__(self, manager: ocp.CheckpointManager, config: ml_collections.ConfigDict,
+               workdir: str, data_iterator=None):
+    self.manager, self.config, self.workdir = manager, config, workdir
+    self.data_iterator = data_iterator
+    self._pending = None        # the step of a save that may still be running
+    self._failed = False
+    self._config_written = False
+    self._quiet = _QuietOrbaxErrors()
+    for name in ("absl", "asyncio"):
+      std_logging.getLogger(name).addFilter(self._quiet)
+    self._unraisablehook = sys.unraisablehook
+    sys.unraisablehook = _quiet_unraisablehook(sys.unraisablehook)
+
+  def save(self, step: int, state, train_seconds: float) -> None:
+    self.finish()  # the previous save's failure belongs to its own step
+    try:
+      save(self.manager, step, state, self.config, self.data_iterator, train_seconds)
+    except Exception as e:  # noqa: BLE001 - any failure to write stops the run in one line
+      self._fail(step, e)
+    self._pending = step
+
+  def poll(self) -> None:
+    """Without blocking: raises SaveError if a background save has failed. A single process
+    only; with several, failures surface at the next save, where every process waits."""
+    if self._pending is not None and jax.process_count() == 1 and not self.manager.is_saving_in_progress():
+      self.finish()
+
+  def finish(self) -> None:
+    """Waits for the running save; raises SaveError if it failed."""
+    if self._pending is None:
+      return
+    try:
+      self.manager.wait_until_finished()
+    except Exception as e:  # noqa: BLE001
+      self._fail(self._pending, e)
+    self._pending = None
+    if not self._config_written and jax.process_index() == 0:
+      write_config_json(self.workdir, self.config)
+    self._config_written = True
+
+  def close(self) -> None:
+    """Finishes the last save (SaveError if it failed) and stops Orbax's threads."""
+    try:
+      if not self._failed:
+        self.finish()
+    finally:
+      try:
+        self.manager.close()
+      except Exception as e:  # noqa: BLE001
+        if not self._failed:
+          self._fail(self._pending or -1, e)
+      finally:
+        if not self._failed:  # after a failure, late callbacks of the dead save may still come
+          for name in ("absl", "asyncio"):
+            std_logging.getLogger(name).removeFilter(self._quiet)
+          sys.unraisablehook = self._unraisablehook
+
+  def _fail(self, step: int, error: BaseException):
+    self._failed, self._pending = True, None
+    warnings.filterwarnings("ignore", "coroutine .* was never awaited", RuntimeWarning)
+    directory = str(self.manager.directory)
+    if jax.process_index() == 0:
+      for name in os.listdir(directory) if os.path.isdir(directory) else []:
+        if TMP_MARKER in name:
+          shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+    from transformer_jax.workdir import free_space  # pylint: disable=g-import-not-at-top
+    raise SaveError(f"saving the checkpoint of step {step} to {directory} failed ({_reason(error)}; "
+                    f"{free_space(directory)}); {kept_note(directory)}; stopping") from None
+
+
+def kept_note(directory: str) -> str:
+  """'the last good checkpoint (step N) is kept', for the message of a run that stops."""
+  good = _steps_on_disk(directory)
+  return f"the last good checkpoint (step {good[-1]}) is kept" if good else "no checkpoint was written"
 
 
 def _key_name(entry) -> str:
@@ -93,7 +239,8 @@ def check_compatible(manager: ocp.CheckpointManager, step: int, abstract_state) 
 
 
 def restore_latest(manager: ocp.CheckpointManager, abstract_state, data_iterator=None):
-  """Restores the newest loadable checkpoint: (state, step) or (None, None) if there is none.
+  """Restores the newest loadable checkpoint: (state, step, train_seconds), or (None, None, 0.0)
+  if there is none.
 
   Incompatible checkpoints raise CheckpointError (nothing is touched); unreadable ones are
   moved aside with a warning and the next older one is tried.
@@ -104,12 +251,15 @@ def restore_latest(manager: ocp.CheckpointManager, abstract_state, data_iterator
     if data_iterator is not None:
       import grain  # pylint: disable=g-import-not-at-top
       args["data"] = grain.checkpoint.CheckpointRestore(data_iterator)
+    if os.path.isdir(os.path.join(str(manager.directory), str(step), "progress")):
+      args["progress"] = ocp.args.JsonRestore()
     try:
       restored = manager.restore(step, args=ocp.args.Composite(**args))
-      return restored["state"], step
+      progress = restored["progress"] if "progress" in args else None
+      return restored["state"], step, float((progress or {}).get("train_seconds", 0.0))
     except Exception as e:  # noqa: BLE001 - any failure to read means this one is unusable
       _quarantine(manager, step, e)
-  return None, None
+  return None, None, 0.0
 
 
 def _quarantine(manager: ocp.CheckpointManager, step: int, error: Exception) -> None:
@@ -118,7 +268,7 @@ def _quarantine(manager: ocp.CheckpointManager, step: int, error: Exception) -> 
   first_line = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
   logging.warning("checkpoint at step %d cannot be read (%s: %s); moved it to %s and trying the "
                   "previous one", step, type(error).__name__, first_line, dst)
-  print(f"warning: checkpoint at step {step} is unreadable ({type(error).__name__}); "
+  print(f"warning: checkpoint at step {step} is unreadable ({_reason(error)}); "
         f"moved aside to {dst}; resuming from the previous one", flush=True)
   if jax.process_index() == 0 and os.path.isdir(src):
     os.rename(src, dst)
@@ -137,9 +287,24 @@ def saved_config(directory: str, step: int | None = None) -> tuple[ml_collection
     raise CheckpointError(f"no checkpoints in {directory}")
   step = max(steps) if step is None else step
   if step not in steps:
-    raise CheckpointError(f"no checkpoint for step {step} in {directory} (steps: {sorted(steps)})")
-  cfg = manager.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore()))["config"]
+    raise CheckpointError(f"no checkpoint for step {step} in {directory} (steps: "
+                          f"{', '.join(map(str, sorted(steps)))})")
+  try:
+    cfg = manager.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore()))["config"]
+  except Exception as e:  # noqa: BLE001
+    raise unreadable(directory, step, sorted(steps), e) from None
   return ml_collections.ConfigDict(cfg), step
+
+
+def unreadable(directory: str, step: int, steps: list[int], error: BaseException) -> CheckpointError:
+  """The error for a checkpoint that fails to load: the cause, and the other steps to pick."""
+  others = [s for s in steps if s != step]
+  if others:
+    hint = (f"pick another with --step={others[-1]} (steps: {', '.join(map(str, others))}), or "
+            f"--average=K --step={others[-1]} to average the ones up to it")
+  else:
+    hint = "it is the only checkpoint there"
+  return CheckpointError(f"checkpoint {directory}/{step} cannot be read ({_reason(error)}); {hint}")
 
 
 def load_params(directory: str, step: int | None = None, mesh=None) -> tuple[Any, ml_collections.ConfigDict, int]:
@@ -157,7 +322,7 @@ def load_params(directory: str, step: int | None = None, mesh=None) -> tuple[Any
   try:
     state = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))["state"]
   except Exception as e:  # noqa: BLE001
-    raise CheckpointError(f"checkpoint {directory}/{step} cannot be read: {type(e).__name__}") from None
+    raise unreadable(directory, step, sorted(manager.all_steps()), e) from None
   return state.params, config, step
 
 

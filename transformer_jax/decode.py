@@ -1,16 +1,15 @@
-"""Translation with the trained model: encode once, then beam or greedy search over the KV cache.
+"""Translation with the trained model: encode once, then beam search over the KV cache.
 
-Pure functions (`beam_decode`, `greedy_decode`) take (params, inputs) and can be jitted by a
-caller with its own in/out shardings (trace them under
-`sharding.mesh_context(mesh, sharding.INFERENCE_RULES)` so the model's logical constraints
-apply); `translate_batch` and `greedy_batch` are the convenience entry points that jit once per
-(model config, search settings) and let jax cache one executable per input shape (so pad
-batches to a few fixed shapes).
+`beam_decode` is pure: it takes (params, inputs) and can be jitted by a caller with its own
+in/out shardings; `translate_batch` is the convenience entry point that jits once per
+(model config, search settings) and lets jax cache one executable per input shape (so pad
+batches to a few fixed shapes). Greedy decoding is `beam_size=1`.
 
 Output length limit (paper §6.1: "input length + 50"): sentence b may emit at most
 `len_b + max_extra_len` tokens including EOS, where len_b counts its non-padding source tokens;
-the buffer of a batch is S + max_extra_len (S = padded source width), both capped at the
-model's `max_len` (the positional encoding covers positions 0..max_len-1 only).
+the buffer of a batch is S + max_extra_len (S = padded source width). Sinusoidal positions are
+computed for the whole buffer, whatever `model.max_len` says; only a learned positional table
+(Table 3 row E) caps the buffer at its `max_len` rows.
 """
 
 from __future__ import annotations
@@ -24,14 +23,13 @@ import numpy as np
 from transformer_jax import beam_search
 from transformer_jax.config import ModelConfig
 from transformer_jax.model import Transformer
-
-PAD_ID = beam_search.PAD_ID
-EOS_ID = beam_search.EOS_ID
+from transformer_jax.special_ids import EOS_ID, PAD_ID
 
 
 def buffer_length(model_cfg: ModelConfig, source_width: int, max_extra_len: int) -> int:
   """Static output buffer length for a batch of padded source width S."""
-  return max(1, min(source_width + max_extra_len, model_cfg.max_len))
+  length = max(1, source_width + max_extra_len)
+  return min(length, model_cfg.max_len) if model_cfg.pe_type == "learned" else length
 
 
 def output_limits(inputs_BxS, max_extra_len: int, max_len: int):
@@ -86,16 +84,6 @@ def beam_decode(model_cfg: ModelConfig, params, inputs_BxS, *, beam_size: int = 
                                  max_len=max_len, stop_early=stop_early)
 
 
-def greedy_decode(model_cfg: ModelConfig, params, inputs_BxS, *, max_extra_len: int = 50):
-  """Pure (jit-able) greedy search: (seqs [B, L] int32, log-probabilities [B] float32)."""
-  max_len = buffer_length(model_cfg, inputs_BxS.shape[1], max_extra_len)
-  encoded_BxSxD = encode(model_cfg, params, inputs_BxS)
-  cache = init_cache(model_cfg, params, encoded_BxSxD, inputs_BxS, max_len)
-  step_fn = make_step_fn(model_cfg, params, encoded_BxSxD, inputs_BxS, max_len)
-  limit_B = output_limits(inputs_BxS, max_extra_len, max_len)
-  return beam_search.greedy_search(step_fn, cache, limit_B, max_len=max_len)
-
-
 @functools.lru_cache(maxsize=None)
 def jitted_beam_decode(model_cfg: ModelConfig, beam_size: int, alpha: float, max_extra_len: int,
                        stop_early: bool = True):
@@ -105,23 +93,36 @@ def jitted_beam_decode(model_cfg: ModelConfig, beam_size: int, alpha: float, max
 
 
 @functools.lru_cache(maxsize=None)
-def jitted_greedy_decode(model_cfg: ModelConfig, max_extra_len: int):
-  return jax.jit(functools.partial(greedy_decode, model_cfg, max_extra_len=max_extra_len))
+def sharded_beam_decode(model_cfg: ModelConfig, beam_size: int, alpha: float, max_extra_len: int,
+                        mesh):
+  """`beam_decode` for batches split over the mesh's data-parallel axes: each device searches its
+  own sentences (parameters as placed, weights gathered per sharding.INFERENCE_RULES); the
+  result is replicated, so every process reads all of it."""
+  from transformer_jax import sharding  # pylint: disable=g-import-not-at-top
+  fn = jax.jit(functools.partial(beam_decode, model_cfg, beam_size=beam_size, alpha=alpha,
+                                 max_extra_len=max_extra_len),
+               out_shardings=sharding.replicated(mesh))
+
+  def run(params, inputs_BxS):
+    inputs_BxS = np.asarray(inputs_BxS, np.int32)
+    inputs_sh = sharding.logical_sharding(mesh, ("batch", "length"), sharding.INFERENCE_RULES)
+    global_BxS = jax.make_array_from_callback(inputs_BxS.shape, inputs_sh, lambda i: inputs_BxS[i])
+    with sharding.mesh_context(mesh, sharding.INFERENCE_RULES):
+      return fn(params, global_BxS)
+  return run
 
 
 def translate_batch(model_cfg: ModelConfig, params, inputs_BxS, *, beam_size: int = 4,
-                    alpha: float = 0.6, max_extra_len: int = 50) -> jnp.ndarray:
-  """The best beam-search hypothesis per sentence: int32 [B, L], EOS-terminated, zero padded."""
-  result = jitted_beam_decode(model_cfg, beam_size, float(alpha), max_extra_len)(
-      params, jnp.asarray(inputs_BxS, jnp.int32))
-  return result.seqs_BxKxL[:, 0, :]
-
-
-def greedy_batch(model_cfg: ModelConfig, params, inputs_BxS, *, max_extra_len: int = 50) -> jnp.ndarray:
-  """Greedy decoding: int32 [B, L], EOS-terminated, zero padded."""
-  seqs_BxL, _ = jitted_greedy_decode(model_cfg, max_extra_len)(
-      params, jnp.asarray(inputs_BxS, jnp.int32))
-  return seqs_BxL
+                    alpha: float = 0.6, max_extra_len: int = 50, mesh=None) -> jnp.ndarray:
+  """The best beam-search hypothesis per sentence: int32 [B, L], EOS-terminated, zero padded.
+  With a mesh, the B rows (a multiple of its data-parallel size, the same on every process) are
+  decoded split over it."""
+  if mesh is None:
+    fn = jitted_beam_decode(model_cfg, beam_size, float(alpha), max_extra_len)
+    inputs_BxS = jnp.asarray(inputs_BxS, jnp.int32)
+  else:
+    fn = sharded_beam_decode(model_cfg, beam_size, float(alpha), max_extra_len, mesh)
+  return fn(params, inputs_BxS).seqs_BxKxL[:, 0, :]
 
 
 def strip_eos(ids_BxL) -> list[list[int]]:

@@ -33,6 +33,15 @@ T = TypeVar("T")
 DISABLE_ENV = "TRANSFORMER_JAX_DISTRIBUTED"
 
 
+def enable_compilation_cache() -> None:
+  """Compiled steps are reused across runs and restarts (TRANSFORMER_JAX_JIT_CACHE='' disables)."""
+  path = os.environ.get("TRANSFORMER_JAX_JIT_CACHE",
+                        os.path.join(os.path.expanduser("~"), ".cache", "transformer_jax", "jit"))
+  if path:
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+
+
 def _env_int(name):
   value = os.environ.get(name)
   if value in (None, ""):
@@ -130,3 +139,23 @@ def process_zero_first(name: str, fn: Callable[[], T]) -> T:
     return result
   barrier(name)
   return fn()
+
+
+def agree(sigterm: bool, out_of_time: bool, checkpoint_due: bool) -> tuple[bool, bool, bool]:
+  """The training loop's stop/save decisions, the same on every process at the same step.
+
+  A process that decides alone can hang a cluster: it enters Orbax's save barrier while the
+  others enter the next step's all-reduce. So, with several processes, one small all-gather per
+  step: SIGTERM anywhere stops everyone (preemption notices reach the hosts of a TPU slice at
+  different moments), and the clock-based decisions (wall-time limit, minute checkpoints) are
+  process 0's. This plays the role of JAX's `reached_preemption_sync_point`, which relies on
+  JAX's own SIGTERM notifier (and the coordination service's preemption manager); one mechanism
+  here covers the signal and the clocks alike.
+  """
+  if jax.process_count() == 1:
+    return sigterm, out_of_time, checkpoint_due
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+  flags = np.asarray(multihost_utils.process_allgather(
+      np.array([sigterm, out_of_time, checkpoint_due], np.int32)))
+  return bool(flags[:, 0].any()), bool(flags[0, 1]), bool(flags[0, 2])

@@ -1,28 +1,57 @@
-"""The exception types that mean "the user asked for something that cannot be done".
+"""Command-line plumbing shared by every entry point (training CLI, sweep runner, benchmarks):
+flag parsing with `--config.KEY=VALUE` overrides taken aside, and user mistakes as one line.
 
-The command line prints these as one line (`error: ...`) without a traceback; anything else is
-a bug and keeps its traceback.
+The exception types in `user_errors()` mean "the user asked for something that cannot be done":
+they print as `error: ...` and exit with status 2, without a traceback; anything else is a bug
+and keeps its traceback.
 """
 
-from transformer_jax.checkpoint import CheckpointError
-from transformer_jax.config import ConfigError
-from transformer_jax.train import TrainingError
+from __future__ import annotations
 
-USER_ERRORS: tuple[type[Exception], ...] = (ConfigError, CheckpointError, TrainingError)
-try:  # the data package defines its own error type for corpus problems
-  from transformer_jax.data import DataError  # pylint: disable=g-import-not-at-top
-  USER_ERRORS += (DataError,)
-except ImportError:
-  pass
+import sys
+from typing import Callable
+
+from absl import app, flags, logging
+
+# The --config.KEY=VALUE arguments of this process's command line (set by parse_flags).
+OVERRIDE_ARGS: list[str] = []
+
+
+def user_errors() -> tuple[type[Exception], ...]:
+  from transformer_jax.checkpoint import CheckpointError  # pylint: disable=g-import-not-at-top
+  from transformer_jax.config import ConfigError  # pylint: disable=g-import-not-at-top
+  from transformer_jax.train import TrainingError  # pylint: disable=g-import-not-at-top
+  return (ConfigError, CheckpointError, TrainingError)  # DataError is a ConfigError
 
 
 def parse_flags(argv: list[str]) -> list[str]:
-  """absl flag parsing (`app.run(main, flags_parser=parse_flags)`) with a flag mistake reported
-  as one line `error: ...` and exit status 2."""
-  import sys  # pylint: disable=g-import-not-at-top
-  from absl import flags  # pylint: disable=g-import-not-at-top
+  """absl flag parsing with the overrides taken out first (into OVERRIDE_ARGS) and a flag
+  mistake reported as one line `error: ...`, exit status 2."""
+  from transformer_jax.config import split_override_args  # pylint: disable=g-import-not-at-top
+  overrides, rest = split_override_args(argv[1:])
+  OVERRIDE_ARGS[:] = overrides
   try:
-    return flags.FLAGS(argv)
+    return flags.FLAGS([argv[0]] + rest)
   except flags.Error as e:
     print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
     sys.exit(2)
+
+
+def run(main: Callable[[list[str]], None], verbosity: int = logging.ERROR) -> None:
+  """`app.run(main)` with parse_flags and user errors as one line (exit 2). The console shows
+  progress, and log lines from `verbosity` up unless --verbosity asks otherwise."""
+  def guarded(argv):
+    if not flags.FLAGS["verbosity"].present:
+      logging.set_verbosity(verbosity)
+    try:
+      main(argv)
+    except user_errors() as e:
+      print(f"error: {e}", file=sys.stderr)
+      sys.exit(2)
+  app.run(guarded, flags_parser=parse_flags)
+
+
+def __getattr__(name: str):
+  if name == "USER_ERRORS":  # imported lazily: the error types live in modules that import jax
+    return user_errors()
+  raise AttributeError(name)

@@ -1,66 +1,241 @@
-"""`--mode=eval`: a checkpoint (or an average of the last k) on a split -> translations + BLEU.
+"""Evaluation: the one path from parameters and an evaluation set to scores.
 
-Writes, in `WORKDIR/eval/`:
-- `<split>_step<N>[_avg<k>].txt`: one translation per source line, aligned with the input;
-- `<split>_step<N>[_avg<k>].jsonl`: per sentence: index, source, reference, hypothesis;
-- `<split>_step<N>[_avg<k>].json`: the BLEU report (sacreBLEU with its signature and the
-  paper-compatible tokenized BLEU), decoding settings and timing.
+`Evaluator` scores parameters on one evaluation set (a configured split such as 'validation' or
+'test', or any parallel files):
+- teacher-forced over the whole set: `loss` (label-smoothed, the training objective), `nll` and
+  `perplexity` = exp(nll) per target token;
+- beam search (the config's `decode.*` settings) on the first `bleu_sentences` sentences (0: all):
+  sacreBLEU BLEU, chrF and TER with their signatures, and the paper's tokenized BLEU (bleu.py).
+Training (dev metrics every `train.eval_every_steps`), `--mode=eval` (`evaluate_workdir`), the
+sweep runner (through `--mode=eval`) and experiments/report_run.py all go through it.
+
+`evaluate_workdir` loads a checkpoint (or the average of the last k), applies the user's
+`decode.*` / `data.*` overrides on top of the checkpoint's config (a `model.*` or `train.*`
+override cannot change a trained model: a ConfigError), evaluates each requested set and writes
+per set, in `WORKDIR/eval/`:
+- `<set>_step<N>[_avg<k>][_<decode settings>].txt`: one translation per source line;
+- `... .jsonl`: per sentence: index, source, reference, hypothesis;
+- `... .json`: the report: metrics, signatures, decode settings, timing, and with `compare`, the
+  paired bootstrap against the other system;
+and, for several sets, `summary_step<N>[...].md`, one row per set.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import os
 import time
+from typing import Sequence
 
 import jax
 import ml_collections
 
-from transformer_jax import averaging, bleu, checkpoint
-from transformer_jax.translate import Translator
+from transformer_jax import bleu, checkpoint, markdown, sharding, step as step_lib
+from transformer_jax.config import ConfigError, apply_overrides, parse_overrides, validate
+
+# Config sections an evaluation may override on top of the checkpoint's config.
+EVAL_OVERRIDABLE = ("decode", "data", "mesh")
 
 
-def translate_and_score(config: ml_collections.ConfigDict, params, tok, split: str, *,
-                        limit: int = 0, mesh=None, progress: bool = True):
-  """(BLEU report, (sources, references, hypotheses)) for the first `limit` (0: all) lines."""
-  del mesh  # decoding runs replicated; sharded decoding goes through decode.py's pure functions
-  from transformer_jax.data import datasets  # pylint: disable=g-import-not-at-top
-  sources, references = datasets.load_split_texts(config, split)
-  if limit:
-    sources, references = sources[:limit], references[:limit]
-  translator = Translator(params, config, tok)
-  start = time.time()
-  hypotheses = translator.translate(sources, progress=progress)
-  report = bleu.bleu_report(hypotheses, references, config.data.target_lang)
-  report["decode_seconds"] = time.time() - start
-  report["sentences"] = len(sources)
-  return report, (sources, references, hypotheses)
+@dataclasses.dataclass
+class EvalSet:
+  """Aligned source and reference sentences, and their teacher-forcing batches."""
+  name: str                 # 'validation', 'test', or a file stem
+  origin: str               # where the sentences came from, for the report
+  sources: list[str]
+  references: list[str]
+  batches: list[dict]
+  tokenized_references: list[str] | None = None  # for the paper's BLEU, as get_ende_bleu.sh
 
 
-def evaluate_workdir(workdir: str, *, split: str = "test", average: int = 0,
-                     step: int | None = None, overrides=None) -> dict:
-  """Evaluates a workdir's checkpoint on `split`; returns the report (also written to disk)."""
-  del overrides
+def load_eval_set(config, tok, *, split: str | None = None, files: tuple[str, ...] | None = None,
+                  batch_multiple: int = 1) -> EvalSet:
+  """A configured split, or (source_file, reference_file[, tokenized_reference_file]) of any
+  parallel text; a tokenized reference file is what the paper's BLEU scores against."""
+  from transformer_jax.data import pipeline, sources as sources_lib  # pylint: disable=g-import-not-at-top
+  common = dict(batch_multiple=batch_multiple, process_index=jax.process_index(),
+                process_count=jax.process_count())
+  if files is not None:
+    src_path, ref_path, *tokenized = files
+    texts = sources_lib.read_parallel_files(src_path, ref_path,
+                                            html_unescape=config.data.html_unescape)
+    tokenized_refs = None
+    if tokenized and tokenized[0]:
+      _, tokenized_refs = sources_lib.read_parallel_files(src_path, tokenized[0])
+    batches = pipeline.make_eval_batches(config, tok, None, texts=texts, **common)
+    name = os.path.basename(src_path).split(".")[0]
+    return EvalSet(name, f"files {src_path} / {ref_path}", *texts, batches, tokenized_refs)
+  texts = sources_lib.load_split_texts(config, split)
+  batches = pipeline.make_eval_batches(config, tok, split, **common)
+  return EvalSet(split, f"split {split} of {config.data.dataset} {config.data.local_corpus}".strip(),
+                 *texts, batches)
+
+
+class Evaluator:
+  """Scores parameters on one EvalSet; the teacher-forced step is compiled once."""
+
+  def __init__(self, config: ml_collections.ConfigDict, tok, mesh, eval_set: EvalSet,
+               params_sharding=None):
+    self.config, self.tok, self.mesh, self.eval_set = config, tok, mesh, eval_set
+    if params_sharding is None:
+      params_sharding = step_lib.state_shardings(config, mesh)[1].params
+    self._step = step_lib.jit_eval_step(config, mesh, params_sharding)
+
+  def __call__(self, params, *, bleu_sentences: int | None = 0, max_batches: int = 0,
+               progress: bool = False) -> tuple[dict, list[str]]:
+    """(report, hypotheses). `bleu_sentences`: None translates nothing, 0 all sentences, n the
+    first n. `max_batches` > 0 limits the teacher-forced pass (training's quick dev loss)."""
+    start = time.time()
+    report = self._teacher_forced(params, max_batches)
+    hypotheses: list[str] = []
+    if bleu_sentences is not None:
+      from transformer_jax.translate import Translator  # pylint: disable=g-import-not-at-top
+      n = bleu_sentences or len(self.eval_set.sources)
+      sources, references = self.eval_set.sources[:n], self.eval_set.references[:n]
+      decode_start = time.time()
+      hypotheses = Translator(params, self.config, self.tok, self.mesh).translate(
+          sources, progress=progress)
+      report["decode_seconds"] = time.time() - decode_start
+      report["sentences_per_second"] = len(sources) / max(report["decode_seconds"], 1e-9)
+      tokenized = self.eval_set.tokenized_references
+      report.update(bleu.bleu_report(hypotheses, references, self.config.data.target_lang,
+                                     tokenized_references=tokenized[:n] if tokenized else None))
+      report["sentences"] = len(sources)
+    report["eval_seconds"] = time.time() - start
+    return report, hypotheses
+
+  def _teacher_forced(self, params, max_batches: int) -> dict:
+    totals = {"loss_sum": 0.0, "nll_sum": 0.0, "tokens": 0.0}
+    batches = self.eval_set.batches[:max_batches or None]
+    for batch in batches:
+      batch = {k: v for k, v in batch.items() if k in step_lib.BATCH_KEYS}
+      out = self._step(params, sharding.global_batch(self.mesh, batch))
+      for k in totals:
+        totals[k] += float(out[k])
+    tokens = max(totals["tokens"], 1.0)
+    nll = totals["nll_sum"] / tokens
+    return {"loss": totals["loss_sum"] / tokens, "nll": nll,
+            "perplexity": math.exp(min(nll, 50.0)), "tokens": totals["tokens"]}
+
+
+def checkpoint_config(workdir: str, override_args: Sequence[str] = (), *, average: int = 0,
+                      step: int | None = None):
+  """(params, config, step, checkpoint folder): a checkpoint (or the average of the last
+  `average`) with the user's evaluation overrides applied to its config and validated."""
+  overrides = parse_overrides(override_args)
+  for key in overrides:
+    section = key.split(".")[0]
+    if section not in EVAL_OVERRIDABLE:
+      raise ConfigError(f"--config.{key} cannot change a trained model's evaluation; only "
+                        f"{', '.join(s + '.*' for s in EVAL_OVERRIDABLE)} may be overridden here")
+  if average:
+    from transformer_jax import averaging  # pylint: disable=g-import-not-at-top
+    directory = averaging.average_workdir(workdir, average, step=step)  # holds `step` too
+  else:
+    directory = checkpoint.checkpoint_dir(workdir)
+  params, config, step = checkpoint.load_params(directory, step)
+  config = ml_collections.ConfigDict(config.to_dict())
+  apply_overrides(config, overrides)
+  validate(config)
+  return params, config, step, overrides
+
+
+def evaluate_workdir(workdir: str, *, splits: Sequence[str] = ("test",),
+                     files: Sequence[tuple[str, ...]] = (), average: int = 0,
+                     step: int | None = None, override_args: Sequence[str] = (),
+                     bleu_sentences: int = 0, compare: str = "") -> list[dict]:
+  """`--mode=eval`: evaluates a workdir's checkpoint on each split and each (source, reference
+  [, tokenized reference]) set of files; returns the reports (also written to WORKDIR/eval/)."""
   from transformer_jax.data import tokenizer as tok_lib  # pylint: disable=g-import-not-at-top
-  directory = averaging.average_workdir(workdir, average) if average else checkpoint.checkpoint_dir(workdir)
-  params, config, step = checkpoint.load_params(directory, None if average else step)
-  tok = tok_lib.load_or_train_tokenizer(config, workdir)
-  report, (sources, references, hypotheses) = translate_and_score(config, params, tok, split)
-  report.update(step=step, averaged_checkpoints=average, split=split,
-                beam_size=config.decode.beam_size, alpha=config.decode.alpha)
-  if jax.process_index() == 0:
-    out = os.path.join(workdir, "eval")
-    os.makedirs(out, exist_ok=True)
-    stem = os.path.join(out, f"{split}_step{step}" + (f"_avg{average}" if average else ""))
-    with open(stem + ".txt", "w", encoding="utf-8") as f:
-      f.writelines(h + "\n" for h in hypotheses)
-    with open(stem + ".jsonl", "w", encoding="utf-8") as f:
-      for i, (s, r, h) in enumerate(zip(sources, references, hypotheses)):
-        f.write(json.dumps({"index": i, "source": s, "reference": r, "hypothesis": h},
-                           ensure_ascii=False) + "\n")
-    with open(stem + ".json", "w") as f:
-      json.dump(report, f, indent=2)
-    print(f"{split} step {step}{f' (average of {average})' if average else ''}: "
-          f"sacreBLEU {report['sacrebleu']:.2f} ({report['sacrebleu_signature']}), "
-          f"tokenized BLEU {report['tokenized_bleu']:.2f}; wrote {stem}.*", flush=True)
-  return report
+  params, config, step, overrides = checkpoint_config(workdir, override_args, average=average,
+                                                      step=step)
+  tok = tok_lib.load_tokenizer(workdir)  # never trains one: a workdir without vocab/ is an error
+  mesh = sharding.make_mesh(config.mesh)
+  rows = sharding.batch_parallelism(mesh)
+  requested = [dict(split=s) for s in splits] + [dict(files=tuple(f)) for f in files]
+  sets = [load_eval_set(config, tok, batch_multiple=rows, **r) for r in requested]  # errors first
+  suffix = f"_step{step}" + (f"_avg{average}" if average else "") + _settings_tag(overrides)
+  out_dir = os.path.join(workdir, "eval")
+  reports = []
+  for eval_set in sets:
+    report, hypotheses = Evaluator(config, tok, mesh, eval_set)(
+        params, bleu_sentences=bleu_sentences, progress=True)
+    report.update(set=eval_set.name, origin=eval_set.origin, split=eval_set.name, step=step,
+                  averaged_checkpoints=average, decode=dict(config.decode.to_dict()),
+                  overrides={k: v for k, v in overrides.items()})
+    if compare:
+      baseline = _comparison_hypotheses(compare, eval_set.name, len(hypotheses))
+      report["compare"] = {"baseline": compare, **bleu.paired_bootstrap(
+          baseline, hypotheses, eval_set.references[:len(hypotheses)])}
+    if jax.process_index() == 0:
+      _write_set(os.path.join(out_dir, eval_set.name + suffix), report, eval_set, hypotheses)
+    reports.append(report)
+  if len(reports) > 1 and jax.process_index() == 0:
+    path = os.path.join(out_dir, f"summary{suffix}.md")
+    with open(path, "w", encoding="utf-8") as f:
+      f.write(summary_table(reports))
+    print(summary_table(reports), end="", flush=True)
+  return reports
+
+
+def _settings_tag(overrides: dict) -> str:
+  """'_beam1_alpha1.0' for decode settings that differ from the checkpoint's: reports made with
+  other settings never overwrite each other."""
+  short = {"beam_size": "beam", "alpha": "alpha", "max_extra_len": "extra"}
+  return "".join(f"_{short[k.split('.')[1]]}{v}" for k, v in sorted(overrides.items())
+                 if k.startswith("decode.") and k.split(".")[1] in short)
+
+
+def _write_set(stem: str, report: dict, eval_set: EvalSet, hypotheses: list[str]) -> None:
+  os.makedirs(os.path.dirname(stem), exist_ok=True)
+  with open(stem + ".txt", "w", encoding="utf-8") as f:
+    f.writelines(h + "\n" for h in hypotheses)
+  with open(stem + ".jsonl", "w", encoding="utf-8") as f:
+    for i, (s, r, h) in enumerate(zip(eval_set.sources, eval_set.references, hypotheses)):
+      f.write(json.dumps({"index": i, "source": s, "reference": r, "hypothesis": h},
+                         ensure_ascii=False) + "\n")
+  with open(stem + ".json", "w") as f:
+    json.dump(report, f, indent=2)
+  line = (f"{eval_set.name} step {report['step']}: perplexity {report['perplexity']:.2f}")
+  if "sacrebleu" in report:
+    line += (f", sacreBLEU {report['sacrebleu']:.2f} ({report['sacrebleu_signature']}), chrF "
+             f"{report['chrf']:.2f}, tokenized BLEU {report['tokenized_bleu']:.2f}")
+  if "compare" in report:
+    c = report["compare"]
+    line += (f"; vs {c['baseline']}: BLEU {c['bleu']['delta']:+.2f} (p={c['bleu']['p_value']:.4f}),"
+             f" chrF {c['chrf']['delta']:+.2f} (p={c['chrf']['p_value']:.4f})")
+  print(f"{line}; wrote {stem}.*", flush=True)
+
+
+def summary_table(reports: Sequence[dict]) -> str:
+  """One Markdown row per evaluated set."""
+  header = ["set", "step", "sentences", "perplexity", "sacreBLEU", "chrF", "TER", "tokenized BLEU",
+            "sent/s"]
+  rows = [[r["set"], r["step"], r.get("sentences"), r["perplexity"], r.get("sacrebleu"),
+           r.get("chrf"), r.get("ter"), r.get("tokenized_bleu"), r.get("sentences_per_second")]
+          for r in reports]
+  return markdown.table(header, rows)
+
+
+def _comparison_hypotheses(path: str, set_name: str, count: int) -> list[str]:
+  """The other system's translations: a hypotheses file (one per line), an eval report (.json,
+  its .txt beside it), or a workdir (its newest eval of the same set)."""
+  from transformer_jax.translate import read_lines  # pylint: disable=g-import-not-at-top
+  if os.path.isdir(path):
+    folder = os.path.join(path, "eval")
+    found = sorted((f for f in (os.listdir(folder) if os.path.isdir(folder) else [])
+                    if f.startswith(f"{set_name}_step") and f.endswith(".txt")),
+                   key=lambda f: os.path.getmtime(os.path.join(folder, f)))
+    if not found:
+      raise ConfigError(f"--compare={path}: no evaluation of '{set_name}' in {folder}; run "
+                        f"--mode=eval on that workdir first")
+    path = os.path.join(folder, found[-1])
+  elif path.endswith(".json"):
+    path = path[:-len(".json")] + ".txt"
+  lines = read_lines(path)
+  if len(lines) != count:
+    raise ConfigError(f"--compare={path} has {len(lines)} lines but {count} sentences were "
+                      "translated here; compare systems on the same sentences")
+  return lines

@@ -1,13 +1,11 @@
 """Host memory: keep the CPU backend's per-step buffers mapped between steps (glibc malloc).
 
-XLA's CPU client allocates each execution's temporary buffer (1.1 GB for the base model's train
-step at 8x128, 6 GB at 32x128) with posix_memalign from its worker threads. glibc serves a request
-that large from a fresh mmap in a thread arena and unmaps it on free, so every step touches every
-page of it anew: 0.27M page faults per step at 8x128 and 1.3M at 32x128 on the 2-core CPU, 0.5 s
-and 4-5 s of kernel time per step. With all threads in the main arena, no mmap for large blocks and
-no trimming, the freed memory is reused by the next step: no page faults, and the step takes 2.46
-instead of 2.7 s (8x128) and 9.4-9.8 instead of 12.0-12.4 s (32x128); see
-experiments/results/bench_summary.md.
+XLA's CPU client allocates each execution's temporary buffer (gigabytes for a base-model train
+step) with posix_memalign from its worker threads. glibc serves a request that large from a
+fresh mmap in a thread arena and unmaps it on free, so every step page-faults every page of it
+anew, paying kernel time each step. With all threads in the main arena, no mmap for large blocks
+and no trimming, the freed memory is reused by the next step and the faults disappear
+(measurements: experiments/results/bench_summary.md).
 
 glibc reads these settings when the process starts, so the command-line entry points re-execute
 themselves once with them in the environment (`reexec_with_malloc_settings`, before jax is

@@ -3,28 +3,43 @@
   python -m transformer_jax.main --config=configs/base.py --workdir=DIR            # train
   python -m transformer_jax.main --config=configs/base.py --config.model.num_heads=16 ...
   python -m transformer_jax.main --mode=average --workdir=DIR --average=5          # average
-  python -m transformer_jax.main --mode=eval --workdir=DIR [--split=test] [--average=5]
+  python -m transformer_jax.main --mode=eval --workdir=DIR --split=validation,test --average=5
+  python -m transformer_jax.main --mode=eval --workdir=DIR --source=a.en --reference=a.de \
+      --config.decode.beam_size=1 --compare=OTHER_WORKDIR
   python -m transformer_jax.main --mode=translate --workdir=DIR [--input=FILE] < text
 
+`--config.KEY=VALUE` overrides the config file's keys when training; for eval and translate
+they apply to the checkpoint's own config (`decode.*`, `data.*`, `mesh.*` only).
 User mistakes (bad config keys or values, unusable workdirs or checkpoints, bad data) print one
 line starting with 'error:' and exit with status 2, never a traceback.
 """
 
 from __future__ import annotations
 
-import sys
+from absl import flags
 
-from absl import app, flags, logging
-from ml_collections import config_flags
+from transformer_jax import errors
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Run config file (configs/*.py).",
-                                          lock_config=True)
+_CONFIG = flags.DEFINE_string("config", None, "Run config file for training, e.g. "
+                              "configs/multi30k.py or configs/multi30k.py:short.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Folder for checkpoints, vocabulary and logs.")
 _MODE = flags.DEFINE_enum("mode", "train", ["train", "eval", "translate", "average"],
                           "What to do with the workdir.")
-_SPLIT = flags.DEFINE_enum("split", "test", ["validation", "test"], "Split for --mode=eval.")
-_AVERAGE = flags.DEFINE_integer("average", 0, "Average the last K checkpoints (eval/average).")
-_STEP = flags.DEFINE_integer("step", None, "Checkpoint step to use (default: the newest).")
+_SPLIT = flags.DEFINE_list("split", None, "Eval: configured splits (validation, test), comma "
+                           "separated; default test unless --source/--reference are given.")
+_SOURCE = flags.DEFINE_multi_string("source", [], "Eval: source file of a test set (plain or "
+                                    ".gz, one sentence a line); repeat with --reference.")
+_REFERENCE = flags.DEFINE_multi_string("reference", [], "Eval: reference file, one per --source.")
+_TOKENIZED_REFERENCE = flags.DEFINE_multi_string(
+    "tokenized_reference", [], "Eval: an already tokenized reference file per --source (e.g. "
+    "t2t's newstest2013.tok.de): the paper's tokenized BLEU scores against it, as get_ende_bleu.sh.")
+_BLEU_SENTENCES = flags.DEFINE_integer("bleu_sentences", 0, "Eval: translate only the first N "
+                                       "sentences of each set (0: all); perplexity uses all.")
+_COMPARE = flags.DEFINE_string("compare", "", "Eval: another system (a workdir, an eval .json or "
+                               "a hypotheses file): paired bootstrap p-values for BLEU and chrF.")
+_AVERAGE = flags.DEFINE_integer("average", 0, "Average the last K checkpoints (eval/translate/average).")
+_STEP = flags.DEFINE_integer("step", None, "Checkpoint step to use (default: the newest); with "
+                             "--average, the newest of the averaged ones.")
 _INPUT = flags.DEFINE_string("input", "-", "Text to translate, one sentence a line ('-': stdin).")
 _OUTPUT = flags.DEFINE_string("output", "-", "Where translations go ('-': stdout).")
 _COORDINATOR = flags.DEFINE_string("coordinator_address", None,
@@ -33,89 +48,54 @@ _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Processes in a mul
 _PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index in a multi-host run.")
 
 
-def _run(argv):
+def main(argv):
+  from transformer_jax import config as config_lib, distributed  # pylint: disable=g-import-not-at-top
   if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-  _enable_compilation_cache()
-  from transformer_jax import distributed  # pylint: disable=g-import-not-at-top
-  distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
+    raise config_lib.ConfigError(f"unexpected arguments: {' '.join(argv[1:])}")
   if _WORKDIR.value is None:
-    raise app.UsageError("--workdir is required")
-  mode, workdir = _MODE.value, _WORKDIR.value
+    raise config_lib.ConfigError("--workdir is required")
+  mode, workdir, overrides = _MODE.value, _WORKDIR.value, errors.OVERRIDE_ARGS
+  if mode != "train" and _CONFIG.value:
+    raise config_lib.ConfigError(f"--config is for --mode=train; --mode={mode} uses the "
+                                 "checkpoint's config (override decode settings with --config.decode.*)")
   if mode == "train":
     if _CONFIG.value is None:
-      raise app.UsageError("--config is required for --mode=train")
+      raise config_lib.ConfigError("--config is required for --mode=train")
+    config = config_lib.load(_CONFIG.value, overrides)
+  distributed.enable_compilation_cache()
+  distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
+  if mode == "train":
     from transformer_jax import train  # pylint: disable=g-import-not-at-top
-    train.train_and_evaluate(_CONFIG.value, workdir)
+    train.train_and_evaluate(config, workdir)
   elif mode == "average":
     from transformer_jax import averaging  # pylint: disable=g-import-not-at-top
-    out = averaging.average_workdir(workdir, _AVERAGE.value or 5)
+    out = averaging.average_workdir(workdir, _AVERAGE.value or 5, step=_STEP.value)
     print(f"averaged checkpoints written to {out}")
   elif mode == "eval":
+    if len(_SOURCE.value) != len(_REFERENCE.value):
+      raise config_lib.ConfigError(f"{len(_SOURCE.value)} --source but {len(_REFERENCE.value)} "
+                                   "--reference flags; give one --reference per --source")
+    tokenized = _TOKENIZED_REFERENCE.value
+    if tokenized and len(tokenized) != len(_SOURCE.value):
+      raise config_lib.ConfigError(f"{len(tokenized)} --tokenized_reference but "
+                                   f"{len(_SOURCE.value)} --source flags; give one per --source")
+    splits = _SPLIT.value if _SPLIT.value is not None else ([] if _SOURCE.value else ["test"])
+    for split in splits:
+      if split not in ("validation", "test"):
+        raise config_lib.ConfigError(f"--split={split}: expected validation or test (or give "
+                                     "--source/--reference files)")
     from transformer_jax import evaluate  # pylint: disable=g-import-not-at-top
-    evaluate.evaluate_workdir(workdir, split=_SPLIT.value, average=_AVERAGE.value,
-                              step=_STEP.value, overrides=_CONFIG.value)
+    files = list(zip(_SOURCE.value, _REFERENCE.value, tokenized or [""] * len(_SOURCE.value)))
+    evaluate.evaluate_workdir(workdir, splits=splits, files=files,
+                              average=_AVERAGE.value, step=_STEP.value, override_args=overrides,
+                              bleu_sentences=_BLEU_SENTENCES.value, compare=_COMPARE.value)
   else:
     from transformer_jax import translate  # pylint: disable=g-import-not-at-top
     translate.translate_files(workdir, _INPUT.value, _OUTPUT.value, step=_STEP.value,
-                              overrides=_CONFIG.value)
-
-
-def _enable_compilation_cache():
-  """Compiled steps are reused across runs and restarts (TRANSFORMER_JAX_JIT_CACHE='' disables)."""
-  import os  # pylint: disable=g-import-not-at-top
-  import jax  # pylint: disable=g-import-not-at-top
-  path = os.environ.get("TRANSFORMER_JAX_JIT_CACHE",
-                        os.path.join(os.path.expanduser("~"), ".cache", "transformer_jax", "jit"))
-  if path:
-    jax.config.update("jax_compilation_cache_dir", path)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
-
-
-def main(argv):
-  from transformer_jax import errors  # pylint: disable=g-import-not-at-top
-  if not flags.FLAGS["verbosity"].present:  # the console shows progress, our warnings, errors
-    logging.set_verbosity(logging.ERROR)
-  try:
-    _run(argv)
-  except errors.USER_ERRORS as e:
-    logging.flush() if hasattr(logging, "flush") else None
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
-
-
-def _parse_flags(argv):
-  """absl flag parsing, with config-override mistakes reported as one line."""
-  try:
-    return flags.FLAGS(argv)
-  except flags.Error as e:
-    message = str(e).splitlines()[0]
-  except (AttributeError, KeyError, TypeError, ValueError) as e:
-    message = _explain_bad_override(argv) or str(e).strip().splitlines()[0].strip("'\"")
-  print(f"error: {message}", file=sys.stderr)
-  sys.exit(2)
-
-
-def _explain_bad_override(argv) -> str | None:
-  """Names the first --config.a.b=... override whose key is not in the schema."""
-  import difflib  # pylint: disable=g-import-not-at-top
-  from transformer_jax.config import default_config  # pylint: disable=g-import-not-at-top
-  for arg in argv[1:]:
-    if not arg.startswith("--config."):
-      continue
-    path = arg[len("--config."):].split("=", 1)[0].split(".")
-    node = default_config()
-    for i, key in enumerate(path):
-      if not hasattr(node, "keys") or key not in node:
-        options = list(node.keys()) if hasattr(node, "keys") else []
-        close = difflib.get_close_matches(key, options, n=1, cutoff=0.5)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
-        return f"unknown config key '{'.'.join(path[:i + 1])}' in {arg.split('=')[0]}{hint}"
-      node = node[key]
-  return None
+                              average=_AVERAGE.value, override_args=overrides)
 
 
 if __name__ == "__main__":
   from transformer_jax import host_memory  # pylint: disable=g-import-not-at-top
   host_memory.reexec_with_malloc_settings()  # before jax starts: no page faults per step on CPU
-  app.run(main, flags_parser=_parse_flags)
+  errors.run(main)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-PAD_ID = 0
+from transformer_jax.special_ids import PAD_ID
 
 
 def padding_mask(query_tokens_BxQ: jnp.ndarray, key_tokens_BxK: jnp.ndarray) -> jnp.ndarray:

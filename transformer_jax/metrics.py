@@ -1,13 +1,16 @@
-"""Where the numbers go: TensorBoard event files, a JSON-lines log, and model FLOPs.
+"""Where the numbers go: TensorBoard event files, a JSON-lines log, the progress bar, model FLOPs.
 
 Only process 0 writes. `WORKDIR/tb/` holds the event files (tensorboardX, no TensorFlow) and
-`WORKDIR/metrics.jsonl` one JSON object per logged step.
+`WORKDIR/metrics.jsonl` one JSON object per logged step. The progress bar counts steps, or, for
+a run limited by wall time (`train.max_train_minutes`), the time budget (elapsed / budget, with
+the step and steps/s beside it).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 
 import jax
@@ -18,35 +21,130 @@ from transformer_jax.config import ModelConfig
 
 
 class MetricsWriter:
+  """Train and dev scalars to TensorBoard and metrics.jsonl, matching the checkpoints.
 
-  def __init__(self, workdir: str):
+  A resumed run (`resume_step` > 0, or 0 for a run that starts over) first drops the lines of
+  metrics.jsonl past the restored step (an atomic rewrite; a line cut short by a kill goes too),
+  and its TensorBoard writer starts with purge_step = resume_step + 1, so TensorBoard discards
+  the earlier events past that step: every step appears once. Files and folders are created at
+  the first write, so a run that fails before logging leaves none. A file error in TensorBoard's
+  writer thread (a full disk) is raised by the next write() instead of printed by the thread.
+  """
+
+  def __init__(self, workdir: str, resume_step: int = 0):
     self.enabled = jax.process_index() == 0
-    self._tb = None
+    self._workdir, self._resume_step = workdir, resume_step
+    self._tb = self._jsonl = self._tb_error = self._previous_hook = None
     if self.enabled:
-      from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
-      self._tb = SummaryWriter(os.path.join(workdir, "tb"))
-      self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a", buffering=1)
+      truncate_jsonl(os.path.join(workdir, "metrics.jsonl"), resume_step)
+
+  def _thread_error(self, args) -> None:
+    tb, in_tensorboard = args.exc_traceback, False
+    while tb is not None:
+      in_tensorboard |= f"{os.sep}tensorboardX{os.sep}" in tb.tb_frame.f_code.co_filename
+      tb = tb.tb_next
+    if in_tensorboard and isinstance(args.exc_value, OSError):
+      self._tb_error = args.exc_value
+    else:
+      self._previous_hook(args)
 
   def write(self, step: int, scalars: dict, prefix: str = "train") -> None:
     if not self.enabled:
       return
+    if self._tb_error is not None:
+      e = self._tb_error
+      raise OSError(e.errno, e.strerror, os.path.join(self._workdir, "tb"))
+    if self._tb is None:
+      from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+      self._previous_hook, threading.excepthook = threading.excepthook, self._thread_error
+      self._tb = SummaryWriter(os.path.join(self._workdir, "tb"), purge_step=self._resume_step + 1)
+      self._jsonl = open(os.path.join(self._workdir, "metrics.jsonl"), "a", buffering=1)
     clean = {k: float(v) for k, v in scalars.items() if v is not None and np.ndim(v) == 0}
     for key, value in clean.items():
       self._tb.add_scalar(f"{prefix}/{key}", value, step)
     self._jsonl.write(json.dumps({"step": step, "split": prefix, "time": time.time(), **clean}) + "\n")
 
-  def write_text(self, step: int, tag: str, text: str) -> None:
-    if self.enabled:
-      self._tb.add_text(tag, text, step)
-
-  def flush(self):
-    if self.enabled:
-      self._tb.flush()
-
   def close(self):
-    if self.enabled:
-      self._tb.close()
-      self._jsonl.close()
+    if self._tb is not None:
+      try:
+        self._jsonl.close()
+        self._tb.close()
+      finally:
+        self._tb = None
+        if self._tb_error is None:
+          threading.excepthook = self._previous_hook
+
+
+def truncate_jsonl(path: str, last_step: int) -> None:
+  """Keeps the lines of a metrics.jsonl whose step is <= last_step (rewritten atomically only
+  when something is dropped; removed when nothing is left)."""
+  if not os.path.exists(path):
+    return
+  with open(path) as f:
+    lines = f.readlines()
+  kept = []
+  for line in lines:
+    try:
+      record = json.loads(line)
+    except ValueError:
+      continue  # cut short by a kill
+    if isinstance(record, dict) and isinstance(record.get("step"), int) and record["step"] <= last_step:
+      kept.append(line if line.endswith("\n") else line + "\n")
+  if len(kept) == len(lines) and all(a == b for a, b in zip(kept, lines)):
+    return
+  if not kept:
+    os.remove(path)
+    return
+  tmp = path + ".tmp"
+  with open(tmp, "w") as f:
+    f.writelines(kept)
+  os.replace(tmp, path)
+
+
+class Progress:
+  """The console progress bar of the training loop (process 0 only, tqdm)."""
+
+  def __init__(self, enabled: bool, num_steps: int, start_step: int, budget_minutes: float = 0.0):
+    self._bar, self._budget = None, budget_minutes * 60.0
+    self._start_step, self._start_time = start_step, time.time()
+    if not enabled:
+      return
+    from tqdm import tqdm  # pylint: disable=g-import-not-at-top
+    if self._budget:
+      self._bar = tqdm(total=round(self._budget), desc="train", unit="s", dynamic_ncols=True,
+                       bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s "
+                                  "of the time budget{postfix}")
+    else:
+      self._bar = tqdm(total=num_steps, initial=start_step, desc="train", unit="step",
+                       dynamic_ncols=True)
+    self._fields = {}
+
+  def update(self, step: int, **fields) -> None:
+    """After each step; `fields` (loss, ppl, ...) join the postfix until replaced."""
+    if self._bar is None:
+      return
+    self._fields.update(fields)
+    if self._budget:
+      elapsed = time.time() - self._start_time
+      rate = (step - self._start_step) / max(elapsed, 1e-9)
+      self._bar.n = min(round(elapsed), self._bar.total)
+      self._bar.set_postfix(dict(step=step, steps_s=f"{rate:.2f}", **self._fields), refresh=False)
+      self._bar.refresh()
+    else:
+      self._bar.set_postfix(self._fields, refresh=False)
+      self._bar.update(step - self._bar.n)
+
+  def write(self, message: str) -> None:
+    if jax.process_index() != 0:
+      return
+    if self._bar is not None:
+      self._bar.write(message)
+    else:
+      print(message, flush=True)
+
+  def close(self) -> None:
+    if self._bar is not None:
+      self._bar.close()
 
 
 def forward_flops(cfg: ModelConfig, batch: int, src_len: int, tgt_len: int) -> float:
@@ -74,8 +172,15 @@ def train_flops(cfg: ModelConfig, batch: int, src_len: int, tgt_len: int) -> flo
   return 3.0 * forward_flops(cfg, batch, src_len, tgt_len)
 
 
+def mfu(model_flops_per_second: float, peak_per_device: float, num_devices: int) -> float:
+  """Model FLOPs utilisation of a step that runs on `num_devices` devices: the global model
+  FLOP/s over the peak of all of them (`train.peak_flops` is per chip/GPU, as data sheets give
+  it; `measure_peak_flops` measures one device)."""
+  return model_flops_per_second / (peak_per_device * num_devices)
+
+
 def measure_peak_flops(dtype=jnp.float32, n: int = 2048, repeats: int = 5) -> float:
-  """FLOP/s of a large jnp.dot on the default device: the peak used for MFU."""
+  """FLOP/s of a large jnp.dot on one device (the default one): the per-device peak for MFU."""
   a = jnp.ones((n, n), dtype)
   f = jax.jit(lambda x: x @ x)
   f(a).block_until_ready()

@@ -29,6 +29,14 @@ def shift_right(targets_BxT: jnp.ndarray, segments_BxT: jnp.ndarray | None = Non
   return shifted_BxT
 
 
+def _layer_class(cls, cfg: ModelConfig, deterministic_argnum: int, incremental: bool = False):
+  """The layer module, wrapped in nn.remat when `model.remat='layer'` (training and scoring only:
+  incremental decoding keeps no activations for a backward pass)."""
+  if cfg.remat == "layer" and not incremental:
+    return nn.remat(cls, static_argnums=(deterministic_argnum,))  # argnum 0 is the module
+  return cls
+
+
 def _positions(tokens_BxL, positions_BxL):
   if positions_BxL is not None:
     return positions_BxL
@@ -50,7 +58,8 @@ class Encoder(nn.Module):
     x_BxSxD = nn.with_logical_constraint(x_BxSxD, ("batch", "length", "embed"))
     mask = masks.encoder_self_mask(inputs_BxS, segments_BxS)
     for i in range(cfg.num_encoder_layers):
-      x_BxSxD = EncoderLayer(cfg, name=f"layer_{i}")(x_BxSxD, mask, deterministic)
+      layer = _layer_class(EncoderLayer, cfg, 3)(cfg, name=f"layer_{i}")
+      x_BxSxD = layer(x_BxSxD, mask, deterministic)
     if cfg.pre_ln:
       x_BxSxD = layer_norm(cfg, "final_norm")(x_BxSxD)
     return x_BxSxD
@@ -70,13 +79,13 @@ class Decoder(nn.Module):
                positions_BxT=None, deterministic=True):
     cfg = self.config
     y_BxTxD = self.embedding.embed(decoder_inputs_BxT)
-    y_BxTxD = y_BxTxD + PositionalEncoding(cfg, name="positional")(
+    y_BxTxD = y_BxTxD + PositionalEncoding(cfg, length=self.max_decode_len, name="positional")(
         _positions(decoder_inputs_BxT, positions_BxT))
     y_BxTxD = nn.Dropout(cfg.dropout_rate)(y_BxTxD, deterministic=deterministic)
     y_BxTxD = nn.with_logical_constraint(y_BxTxD, ("batch", "length", "embed"))
     for i in range(cfg.num_decoder_layers):
-      layer = DecoderLayer(cfg, incremental=self.incremental, max_decode_len=self.max_decode_len,
-                           name=f"layer_{i}")
+      layer = _layer_class(DecoderLayer, cfg, 5, self.incremental)(
+          cfg, incremental=self.incremental, max_decode_len=self.max_decode_len, name=f"layer_{i}")
       y_BxTxD = layer(y_BxTxD, encoded_BxSxD, self_mask, cross_mask, deterministic)
     if cfg.pre_ln:
       y_BxTxD = layer_norm(cfg, "final_norm")(y_BxTxD)

@@ -6,14 +6,8 @@ with the dropout mask. On TPU and GPU jax emits the 20 rounds unrolled, and XLA 
 the mask and the select. Both lowerings compute the same function, so the random bits, and the
 dropout masks, are identical.
 
-The base model's train step at 8x128 on the 2-core CPU, dropout on residuals, attention weights
-and ReLU outputs (62 masks), timed interleaved against the same step without dropout: +0.72 s
-per step with the rolled loops, +0.11 s unrolled (2.61 / 3.33 s and 2.47 / 2.58 s; see
-experiments/results/bench_summary.md).
-
-With `host_memory`'s malloc settings, the same comparison gives 3.09 s rolled (min 2.52) against
-2.46 s unrolled (2.35 s without dropout). The cost is compile time: 12 s instead of 7-9 s for that
-step at the paper's dropout, and 23 s with 62 masks.
+Unrolled, the masks cost a fraction of what the rolled loops cost on the CPU; the price is
+compile time. Measurements: experiments/results/bench_summary.md.
 
 `unroll_threefry_on_cpu()` registers jax's own unrolled lowering for the CPU platform. It uses jax
 internals (`jax._src.random.threefry2x32`, `jax._src.interpreters.mlir`); if they have moved it

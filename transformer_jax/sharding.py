@@ -149,13 +149,6 @@ def mesh_context(mesh: Mesh, rules=LOGICAL_RULES):
     yield
 
 
-def describe(mesh: Mesh) -> str:
-  """'data=4 fsdp=2 tensor=1 (8 devices, 2 processes, cpu)'."""
-  sizes = " ".join(f"{a}={mesh.shape[a]}" for a in MESH_AXES)
-  return (f"{sizes} ({mesh.devices.size} devices, {jax.process_count()} processes, "
-          f"{mesh.devices.flat[0].platform})")
-
-
 # ----------------------------------------------------------------------------- checks
 
 
@@ -247,17 +240,3 @@ def param_shardings(config: ml_collections.ConfigDict, mesh: Mesh, *, inference:
   abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
                           nn.meta.unbox(boxed), shardings)
   return abstract, shardings
-
-
-def sharding_table(abstract_tree, max_rows: int = 0) -> str:
-  """One line per array: path, global shape, PartitionSpec and per-device shard shape."""
-  lines = []
-  for path, leaf in jax.tree_util.tree_flatten_with_path(abstract_tree)[0]:
-    sh = getattr(leaf, "sharding", None)
-    spec = getattr(sh, "spec", None)
-    shard = sh.shard_shape(leaf.shape) if sh is not None else leaf.shape
-    lines.append(f"{jax.tree_util.keystr(path):70s} {str(tuple(leaf.shape)):16s} "
-                 f"{str(spec):32s} {tuple(shard)}")
-  if max_rows and len(lines) > max_rows:
-    lines = lines[:max_rows] + [f"... {len(lines) - max_rows} more"]
-  return "\n".join(lines)

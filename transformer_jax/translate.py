@@ -20,7 +20,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from transformer_jax import checkpoint, decode
+from transformer_jax import decode
 from transformer_jax.config import ConfigError, ModelConfig
 
 
@@ -32,34 +32,35 @@ def _bucket_width(n: int) -> int:
 class Translator:
   """Beam-search translation with fixed parameters, tokenizer and decoding settings."""
 
-  def __init__(self, params, config: ml_collections.ConfigDict, tokenizer, *,
-               beam_size: int | None = None, alpha: float | None = None,
-               batch_size: int | None = None):
+  def __init__(self, params, config: ml_collections.ConfigDict, tokenizer, mesh=None):
+    """With a mesh, each batch is split over its data-parallel devices (sharding.batch_parallelism
+    rows per device at least); without one, batches run on the default device."""
     self.params = params
+    self.mesh = mesh
     self.config = config
     self.model_config = ModelConfig.from_config(config.model)
     self.tokenizer = tokenizer
-    self.beam_size = beam_size or config.decode.beam_size
-    self.alpha = config.decode.alpha if alpha is None else alpha
-    self.batch_size = batch_size or config.decode.batch_size
+    self.beam_size = config.decode.beam_size
+    self.alpha = config.decode.alpha
+    self.batch_size = config.decode.batch_size
+    if mesh is not None:
+      from transformer_jax import sharding  # pylint: disable=g-import-not-at-top
+      self.batch_size = sharding.padded_rows(self.batch_size, mesh)
     self.max_source_len = min(config.data.max_source_len, self.model_config.max_len)
 
   @classmethod
   def from_workdir(cls, workdir: str, *, step: int | None = None, average: int = 0,
-                   **kwargs) -> "Translator":
-    """Loads the newest (or `step`) checkpoint of a training workdir, or the average of the
-    last `average` checkpoints."""
+                   override_args: Sequence[str] = ()) -> "Translator":
+    """The newest (or `step`) checkpoint of a training workdir, or the average of the last
+    `average` checkpoints (up to `step`), with `decode.*` overrides ('--config.decode.beam_size=1')
+    applied on top of its config."""
+    from transformer_jax import evaluate  # pylint: disable=g-import-not-at-top
     from transformer_jax.data import tokenizer as tok_lib  # pylint: disable=g-import-not-at-top
-    directory = checkpoint.checkpoint_dir(workdir)
-    if average:
-      from transformer_jax import averaging  # pylint: disable=g-import-not-at-top
-      directory = averaging.average_workdir(workdir, average)
-    params, config, _ = checkpoint.load_params(directory, step)
-    vocab = os.path.join(workdir, "vocab")
-    if not os.path.isdir(vocab):
-      raise checkpoint.CheckpointError(f"workdir {workdir} has no vocabulary folder {vocab}")
-    tok = tok_lib.load_or_train_tokenizer(config, workdir)
-    return cls(params, config, tok, **kwargs)
+    params, config, _, _ = evaluate.checkpoint_config(workdir, override_args, average=average,
+                                                      step=step)
+    tok = tok_lib.load_tokenizer(workdir)  # never trains one
+    from transformer_jax import sharding  # pylint: disable=g-import-not-at-top
+    return cls(params, config, tok, sharding.make_mesh(config.mesh))
 
   def encode(self, sentences: Sequence[str], first_line: int = 1) -> list[list[int]]:
     """Source ids with EOS, cut to the model's limit (warning once per cut line)."""
@@ -94,7 +95,7 @@ class Translator:
         inputs[row, :len(source_ids[i])] = source_ids[i]
       out = decode.translate_batch(self.model_config, self.params, inputs,
                                    beam_size=self.beam_size, alpha=self.alpha,
-                                   max_extra_len=self.config.decode.max_extra_len)
+                                   max_extra_len=self.config.decode.max_extra_len, mesh=self.mesh)
       for row, ids in zip(idx, decode.strip_eos(jax.device_get(out))):
         results[row] = ids
       if bar is not None:
@@ -138,9 +139,9 @@ def _write_lines(path: str, lines: Iterable[str]) -> None:
 
 
 def translate_files(workdir: str, input_path: str, output_path: str, *, step: int | None = None,
-                    overrides: ml_collections.ConfigDict | None = None) -> None:
+                    average: int = 0, override_args: Sequence[str] = ()) -> None:
   """`--mode=translate`: input lines -> output lines, aligned one to one."""
-  del overrides  # the checkpoint's own config decides the model; decoding flags may come later
   lines = read_lines(input_path)
-  translator = Translator.from_workdir(workdir, step=step)
+  translator = Translator.from_workdir(workdir, step=step, average=average,
+                                       override_args=override_args)
   _write_lines(output_path, translator.translate(lines, progress=input_path != "-"))

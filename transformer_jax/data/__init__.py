@@ -1,15 +1,15 @@
-"""The input side: corpora through TFDS (ArrayRecord), SentencePiece, grain batches.
+"""The input side, one stage per module, in the order data flows through them:
 
-Modules, by role:
-
-- ``local_files``: locating and checking aligned local text files (and fetching known ones);
-- ``datasets``: TFDS sources (``wmt14_translate/*`` and a builder for any pair of aligned local
-  text files), text cleanup, :func:`datasets.load_split_texts`;
-- ``tokenizer``: the shared SentencePiece vocabulary and the :class:`tokenizer.Tokenizer`;
-- ``token_cache``: the corpus tokenized once, kept as ragged ``.npy`` arrays;
-- ``batching``: per-epoch batch plans (token-budget length buckets or packed rows) and the
-  assembly of a plan entry into padded numpy arrays;
-- ``pipeline``: the checkpointable grain train iterator and the padded eval batches.
+1. ``sources``: raw parallel text (TFDS ``wmt14_translate/*``, or aligned local text files made
+   into a TFDS ArrayRecord dataset, or any two files) -> checked, cleaned sentence pairs;
+   :func:`sources.load_split_texts`, :func:`sources.read_parallel_files`;
+2. ``tokenizer``: the shared SentencePiece vocabulary (trained once per workdir) and the
+   :class:`tokenizer.Tokenizer`;
+3. ``token_cache``: cleaned pairs -> token ids, a split tokenized once and cached as ragged
+   ``.npy`` arrays;
+4. ``batching``: per-epoch batch plans (token-budget length buckets or packed rows) and the
+   assembly of a plan entry into padded numpy arrays;
+5. ``pipeline``: the checkpointable grain train iterator and the padded eval batches.
 
 Every user mistake or bad input raises :class:`DataError` (a :class:`ConfigError`) with one line.
 """

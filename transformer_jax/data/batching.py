@@ -1,14 +1,17 @@
-"""Token-budget batch plans (paper §5.1) and their assembly into padded numpy batches.
+"""Stage 4: token-budget batch plans (paper §5.1) and their assembly into padded numpy batches.
 
-A plan entry, :class:`BatchSpec`, lists which examples go to which row of one *global* batch and
+:func:`select_for_training` picks the training examples (non-empty, within the max lengths). A
+plan entry, :class:`BatchSpec`, lists which examples go to which row of one *global* batch and
 the padded lengths. Planning works on token lengths only, so an epoch's plan is a few numpy calls;
 :class:`BatchAssembler` then gathers the token ids of one process's rows into int32 arrays.
 
-- bucket mode: examples are grouped by ``round_up(max(source, target length), 8)``; a batch of
-  bucket length L has ``rows = tokens_per_batch // L`` rows (a multiple of the row multiple), so it
-  holds about tokens_per_batch source and target tokens, padding included. The left-over examples
-  of a bucket move up to the next (longer) bucket, so only the last batch of an epoch is partial
-  (padded with empty rows).
+- bucket mode: each example goes to the shortest of a few fixed bucket lengths (``bucket_lengths``:
+  ``data.num_buckets`` lengths spaced geometrically up to the max length, so the train step
+  compiles at most that many shapes) that holds max(source, target length); a batch of bucket
+  length L has ``rows = tokens_per_batch // L`` rows (a multiple of the row multiple), so it holds
+  about tokens_per_batch source and target tokens, padding included. The left-over examples of a
+  bucket move up to the next (longer) bucket, so only the last batch of an epoch is partial
+  (padded with empty rows). Evaluation batches use the same lengths.
 - pack mode: several pairs per row of (max_source_len, max_target_len) tokens, first-fit over a
   window of open rows, with segment ids and per-segment positions. Rows stream across epoch ends,
   so no batch is partial: the last batch of epoch e is completed with the first rows of epoch e+1.
@@ -18,14 +21,32 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import math
 
 import numpy as np
 from absl import logging
 
-EOS_ID = 1
+from transformer_jax.data import DataError
+from transformer_jax.special_ids import EOS_ID
+
 LENGTH_STEP = 8      # padded lengths are multiples of this (few distinct shapes to compile)
 PACK_WINDOW = 16     # open rows that first-fit packing considers
+
+
+def select_for_training(tokenized, max_source_len: int, max_target_len: int) -> np.ndarray:
+  """Ids of the examples kept for training: both sides non-empty and within the max lengths
+  (counted in tokens including EOS). Logs what was dropped; DataError when nothing is left."""
+  s_N, t_N = tokenized.source_lengths, tokenized.target_lengths
+  empty_N = (s_N <= 1) | (t_N <= 1)
+  long_N = ~empty_N & ((s_N > max_source_len) | (t_N > max_target_len))
+  keep = np.flatnonzero(~empty_N & ~long_N).astype(np.int32)
+  logging.info("training pairs: %d kept, %d empty dropped, %d longer than max_source_len=%d / "
+               "max_target_len=%d dropped", len(keep), int(empty_N.sum()), int(long_N.sum()),
+               max_source_len, max_target_len)
+  if not len(keep):
+    raise DataError(f"no training pairs left after filtering ({len(s_N)} pairs: {int(empty_N.sum())} "
+                    f"empty, {int(long_N.sum())} longer than data.max_source_len={max_source_len} or "
+                    f"data.max_target_len={max_target_len} tokens)")
+  return keep
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +62,23 @@ class BatchSpec:
 
 def round_up(n, step: int = LENGTH_STEP):
   return -(-n // step) * step
+
+
+def bucket_lengths(max_len: int, count: int, shortest: int = 2 * LENGTH_STEP) -> list[int]:
+  """`count` padded lengths from `shortest` to round_up(max_len), spaced geometrically (equal
+  relative padding per bucket), multiples of LENGTH_STEP; fewer when they coincide."""
+  top = round_up(max_len)
+  if count <= 1 or top <= shortest:
+    return [top]
+  ratio = (top / shortest) ** (1.0 / (count - 1))
+  lengths = {min(top, round_up(int(np.ceil(shortest * ratio**i)))) for i in range(count - 1)}
+  return sorted(lengths | {top})
+
+
+def bucket_of(lengths_N: np.ndarray, buckets: list[int]) -> np.ndarray:
+  """The shortest bucket length that holds each length (the longest for anything beyond)."""
+  b = np.asarray(buckets)
+  return b[np.minimum(np.searchsorted(b, lengths_N), len(b) - 1)]
 
 
 def rows_per_batch(tokens_per_batch: int, length: int, row_multiple: int) -> int:
@@ -59,11 +97,11 @@ def epoch_rng(seed: int, epoch: int) -> np.random.Generator:
 
 def bucket_plan(src_lengths: np.ndarray, tgt_lengths: np.ndarray, example_ids: np.ndarray, *,
                 tokens_per_batch: int, max_source_len: int, max_target_len: int,
-                row_multiple: int, rng: np.random.Generator) -> list[BatchSpec]:
+                row_multiple: int, rng: np.random.Generator, num_buckets: int) -> list[BatchSpec]:
   """One epoch of length-bucketed batches over example_ids, shuffled by rng."""
   perm_N = rng.permutation(example_ids).astype(np.int32)
-  cap = round_up(max(max_source_len, max_target_len))
-  key_N = np.minimum(round_up(np.maximum(src_lengths[perm_N], tgt_lengths[perm_N])), cap)
+  buckets = bucket_lengths(max(max_source_len, max_target_len), num_buckets)
+  key_N = bucket_of(np.maximum(src_lengths[perm_N], tgt_lengths[perm_N]), buckets)
   perm_N = perm_N[np.argsort(key_N, kind="stable")]
   key_N = np.sort(key_N, kind="stable")
   specs, carry = [], np.zeros([0], np.int32)
@@ -123,12 +161,14 @@ class TrainPlanner:
   """
 
   def __init__(self, src_lengths, tgt_lengths, example_ids, *, mode: str, seed: int,
-               tokens_per_batch: int, max_source_len: int, max_target_len: int, row_multiple: int):
+               tokens_per_batch: int, max_source_len: int, max_target_len: int, row_multiple: int,
+               num_buckets: int = 8):
     self.src_lengths, self.tgt_lengths = np.asarray(src_lengths), np.asarray(tgt_lengths)
     self.example_ids = np.asarray(example_ids, np.int32)
     self.mode, self.seed = mode, seed
     self.tokens_per_batch, self.row_multiple = tokens_per_batch, row_multiple
     self.max_source_len, self.max_target_len = max_source_len, max_target_len
+    self.num_buckets = num_buckets
     self.pack_rows_per_batch = rows_per_batch(tokens_per_batch, max(max_source_len, max_target_len),
                                               row_multiple)
     self._rows_cache: collections.OrderedDict[int, list[list[int]]] = collections.OrderedDict()
@@ -137,7 +177,17 @@ class TrainPlanner:
     """Identifies the plan's inputs; a restored state from another plan is flagged."""
     return (f"{self.mode}:{len(self.example_ids)}:{int(self.src_lengths.sum())}:"
             f"{int(self.tgt_lengths.sum())}:{self.seed}:{self.tokens_per_batch}:"
-            f"{self.max_source_len}:{self.max_target_len}:{self.row_multiple}")
+            f"{self.max_source_len}:{self.max_target_len}:{self.row_multiple}"
+            + (f":b{self.num_buckets}" if self.mode == "bucket" else ""))
+
+  def batch_shapes(self) -> list[tuple[int, int, int]]:
+    """Every (rows, source length, target length) a training batch can have: what compiles."""
+    longest = max(self.max_source_len, self.max_target_len)
+    if self.mode == "pack":
+      return [(self.pack_rows_per_batch, self.max_source_len, self.max_target_len)]
+    return [(rows_per_batch(self.tokens_per_batch, min(b, longest), self.row_multiple),
+             min(b, self.max_source_len), min(b, self.max_target_len))
+            for b in bucket_lengths(longest, self.num_buckets)]
 
   def _epoch_rows(self, epoch: int) -> list[list[int]]:
     if epoch not in self._rows_cache:
@@ -154,7 +204,7 @@ class TrainPlanner:
       specs = bucket_plan(self.src_lengths, self.tgt_lengths, self.example_ids,
                           tokens_per_batch=self.tokens_per_batch, max_source_len=self.max_source_len,
                           max_target_len=self.max_target_len, row_multiple=self.row_multiple,
-                          rng=epoch_rng(self.seed, epoch))
+                          rng=epoch_rng(self.seed, epoch), num_buckets=self.num_buckets)
       return specs, epoch + 1, 0
     b, ls, lt = self.pack_rows_per_batch, self.max_source_len, self.max_target_len
     rows = self._epoch_rows(epoch)[start_row:]
@@ -175,14 +225,17 @@ class TrainPlanner:
 
 
 def eval_plan(src_lengths: np.ndarray, tgt_lengths: np.ndarray, *, rows: int, max_source_len: int,
-              max_target_len: int) -> list[BatchSpec]:
-  """Every example once, sorted by length, in batches of `rows` rows (the last one padded)."""
+              max_target_len: int, num_buckets: int = 8) -> list[BatchSpec]:
+  """Every example once, sorted by length, in batches of `rows` rows (the last one padded), padded
+  to the bucket lengths (few shapes to compile)."""
   order = np.lexsort((tgt_lengths, src_lengths)).astype(np.int32)
+  src_buckets = bucket_lengths(max_source_len, num_buckets)
+  tgt_buckets = bucket_lengths(max_target_len, num_buckets)
   specs = []
   for start in range(0, len(order), rows):
     ids = order[start:start + rows]
-    ls = min(round_up(int(src_lengths[ids].max())), max_source_len)
-    lt = min(round_up(int(tgt_lengths[ids].max())), max_target_len)
+    ls = min(int(bucket_of(np.array([src_lengths[ids].max()]), src_buckets)[0]), max_source_len)
+    lt = min(int(bucket_of(np.array([tgt_lengths[ids].max()]), tgt_buckets)[0]), max_target_len)
     specs.append(BatchSpec(ids, np.arange(len(ids), dtype=np.int32), rows, ls, lt))
   return specs
 
@@ -243,15 +296,3 @@ def _fill(flat, offsets, ids_N, rows_N, num_rows: int, length: int):
   if cut_N.any():
     ids_BxL[rows_N[cut_N], col0_N[cut_N] + lens_N[cut_N] - 1] = EOS_ID
   return ids_BxL, seg_BxL, pos_BxL
-
-
-def plan_stats(specs: list[BatchSpec], src_lengths, tgt_lengths) -> dict[str, float]:
-  """Real-token shares of planned batches (padding and empty rows included in the total)."""
-  real_s = sum(int(src_lengths[s.example_ids].sum()) for s in specs)
-  real_t = sum(int(tgt_lengths[s.example_ids].sum()) for s in specs)
-  pad_s = sum(s.num_rows * s.source_len for s in specs)
-  pad_t = sum(s.num_rows * s.target_len for s in specs)
-  return {"source_real_share": real_s / max(pad_s, 1), "target_real_share": real_t / max(pad_t, 1),
-          "real_share": (real_s + real_t) / max(pad_s + pad_t, 1), "batches": len(specs),
-          "shapes": len({(s.num_rows, s.source_len, s.target_len) for s in specs}),
-          "mean_rows": float(np.mean([s.num_rows for s in specs])) if specs else math.nan}

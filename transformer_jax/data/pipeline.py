@@ -1,6 +1,6 @@
-"""grain pipelines: the endless, checkpointable train iterator and the padded eval batches.
+"""Stage 5, what training and evaluation call: the checkpointable train iterator, eval batches.
 
-Train: the corpus is tokenized once (token_cache), filtered, and planned epoch by epoch
+Train: the split's token ids (token_cache) are filtered and planned epoch by epoch
 (batching.TrainPlanner: deterministic from config.seed and the epoch number). Each epoch is a
 ``grain.MapDataset`` over its plan, mapped by the BatchAssembler (gather, pad, stack) and read with
 grain's prefetching threads (or ``data.num_workers`` processes). The iterator's state is its
@@ -11,11 +11,15 @@ Batches are dicts of int32 numpy arrays: 'inputs' [B, Ls], 'targets' [B, Lt] (id
 pad 0), 'inputs_segmentation'/'targets_segmentation' (1, 2, ... per packed example; 0 at pad),
 'inputs_position'/'targets_position' (0-based within the example; 0 at pad). B is this process's
 share of the global batch; eval batches add 'example_index' [B] (-1 for padding rows).
+
+Eval: every example of a split (or of given texts) once, sorted by length, cut rather than
+dropped when longer than the max lengths.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
 
 import grain
@@ -40,14 +44,15 @@ class TrainBatchIterator(grain.DatasetIterator):
   def __init__(self, planner: TrainPlanner, assembler: BatchAssembler,
                read_options: grain.ReadOptions, num_workers: int = 0):
     super().__init__()
-    self._planner, self._assembler = planner, assembler
+    self.planner = planner  # the batch plan (read by the benchmark to size an epoch)
+    self._assembler = assembler
     self._read_options, self._num_workers = read_options, num_workers
     self._epoch, self._start_row, self._batch = 0, 0, 0
     self._next_epoch = self._next_start_row = 0
     self._it = None
 
   def _open_epoch(self):
-    specs, self._next_epoch, self._next_start_row = self._planner.epoch_batches(
+    specs, self._next_epoch, self._next_start_row = self.planner.epoch_batches(
         self._epoch, self._start_row)
     ds = grain.MapDataset.source(specs)[self._batch:].map(self._assembler)
     it_ds = ds.to_iter_dataset(self._read_options)
@@ -78,13 +83,16 @@ class TrainBatchIterator(grain.DatasetIterator):
 
   def get_state(self) -> dict[str, Any]:
     return {"epoch": self._epoch, "start_row": self._start_row, "batch": self._batch,
-            "plan": self._planner.fingerprint()}
+            "plan": self.planner.fingerprint()}
 
   def set_state(self, state: dict[str, Any]) -> None:
-    if state.get("plan") != self._planner.fingerprint():
-      logging.warning("restoring a data iterator state made for another plan (%s, now %s); the "
-                      "batch order will differ from the original run", state.get("plan"),
-                      self._planner.fingerprint())
+    if state.get("plan") != self.planner.fingerprint():
+      # Printed, not logged: the CLI shows only errors from absl logging by default, and a changed
+      # plan (another mesh, batch size or data) silently changes which batches come next.
+      print(f"warning: the checkpoint's data position was made for another batch plan "
+            f"({state.get('plan')}, now {self.planner.fingerprint()}): the run continues from the "
+            "same epoch and batch number, but the batch order differs from the original run",
+            file=sys.stderr, flush=True)
     self._close_epoch()
     self._epoch, self._start_row, self._batch = (int(state[k]) for k in STATE_KEYS)
 
@@ -94,62 +102,55 @@ class TrainBatchIterator(grain.DatasetIterator):
 
 
 def make_train_iterator(config, tokenizer, *, batch_multiple: int = 1, process_index: int = 0,
-                        process_count: int = 1, workdir: str | None = None) -> TrainBatchIterator:
+                        process_count: int = 1) -> TrainBatchIterator:
   """Endless token-budget training batches (data.batch_mode 'bucket' or 'pack') of this process.
 
   Every process plans the same global batches of about data.tokens_per_batch source and target
   tokens, with a row count that is a multiple of lcm(batch_multiple, process_count), and
-  assembles its own rows [p*n/P, (p+1)*n/P). `workdir` is unused (token ids are cached next to
-  the prepared data) and kept for the caller's convenience.
+  assembles its own rows [p*n/P, (p+1)*n/P).
   """
-  del workdir
   d = config.data
   tokenized = token_cache.tokenized_split(config, tokenizer, "train")
-  keep_N = token_cache.select_for_training(tokenized, d.max_source_len, d.max_target_len)
+  keep_N = batching.select_for_training(tokenized, d.max_source_len, d.max_target_len)
   planner = TrainPlanner(
       tokenized.source_lengths, tokenized.target_lengths, keep_N, mode=d.batch_mode,
       seed=config.seed, tokens_per_batch=d.tokens_per_batch, max_source_len=d.max_source_len,
-      max_target_len=d.max_target_len, row_multiple=_row_multiple(batch_multiple, process_count))
+      max_target_len=d.max_target_len, row_multiple=_row_multiple(batch_multiple, process_count),
+      num_buckets=d.num_buckets)
+  shapes = planner.batch_shapes()
+  if process_index == 0:  # what compiles: one train step per batch shape
+    print(f"training batches: {d.batch_mode} mode, {len(shapes)} shape(s) (rows x source x "
+          f"target): {', '.join(f'{r}x{s}x{t}' for r, s, t in shapes)}", flush=True)
   assembler = BatchAssembler(tokenized, process_index=process_index, process_count=process_count)
   read_options = grain.ReadOptions(num_threads=2, prefetch_buffer_size=8)
   return TrainBatchIterator(planner, assembler, read_options, num_workers=d.num_workers)
 
 
-def tokenized_eval_split(config, tokenizer, split: str = "validation") -> token_cache.TokenizedSplit:
-  """Every example of a split as token ids ending in EOS (for decoding and scoring)."""
-  return token_cache.tokenized_split(config, tokenizer, split)
-
-
-def load_split_token_ids(config, tokenizer, split: str = "validation"
-                         ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-  """(source ids, target ids) of every example of a split, in corpus order, each ending in EOS
-  and cut to data.max_source_len / max_target_len (EOS kept last)."""
-  tok = tokenized_eval_split(config, tokenizer, split)
-  d = config.data
-  return ([_cut(tok.source(i), d.max_source_len) for i in range(len(tok))],
-          [_cut(tok.target(i), d.max_target_len) for i in range(len(tok))])
-
-
-def _cut(ids_L: np.ndarray, max_len: int) -> np.ndarray:
-  if len(ids_L) <= max_len:
-    return ids_L
-  return np.concatenate([ids_L[:max_len - 1], ids_L[-1:]])
-
-
-def make_eval_batches(config, tokenizer, split: str = "validation", *, batch_multiple: int = 1,
+def make_eval_batches(config, tokenizer, split: str | None = "validation", *,
+                      texts: tuple[list[str], list[str]] | None = None, batch_multiple: int = 1,
                       process_index: int = 0, process_count: int = 1) -> list[dict[str, np.ndarray]]:
-  """All examples of a split in batches of data.eval_batch_size global rows (rounded up to a
-  multiple of lcm(batch_multiple, process_count)), sorted by length; the last batch is padded
-  with empty rows ('example_index' -1). Examples longer than data.max_*_len are cut (EOS kept)."""
+  """Every example of a split, or of `texts=(sources, references)` when given (cleaned aligned
+  texts, e.g. from sources.read_parallel_files; then split=None), in
+  batches of data.eval_batch_size global rows (rounded up to a multiple of
+  lcm(batch_multiple, process_count)), sorted by length; the last batch is padded with empty rows
+  ('example_index' -1, otherwise the example's index). Examples longer than data.max_*_len are
+  cut (EOS kept)."""
+  if (split is None) == (texts is None):
+    raise ValueError(f"make_eval_batches takes a split or texts, not both or neither "
+                     f"(split={split!r})")
   d = config.data
-  tok = tokenized_eval_split(config, tokenizer, split)
+  if texts is None:
+    tok = token_cache.tokenized_split(config, tokenizer, split)
+  else:
+    tok = token_cache.tokenized_texts(tokenizer, *texts)
   rows = batching.round_up(d.eval_batch_size, _row_multiple(batch_multiple, process_count))
   src_N, tgt_N = tok.source_lengths, tok.target_lengths
   cut = int(((src_N > d.max_source_len) | (tgt_N > d.max_target_len)).sum())
   if cut:
     logging.info("%s: %d of %d pairs longer than data.max_source_len/max_target_len are cut",
-                 split, cut, len(tok))
-  specs = batching.eval_plan(src_N, tgt_N, rows=rows, max_source_len=d.max_source_len,
+                 split or "texts", cut, len(tok))
+  specs = batching.eval_plan(src_N, tgt_N, rows=rows, num_buckets=d.num_buckets,
+                             max_source_len=d.max_source_len,
                              max_target_len=d.max_target_len)
   assembler = BatchAssembler(tok, process_index=process_index, process_count=process_count,
                              example_index=True)

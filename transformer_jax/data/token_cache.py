@@ -1,8 +1,9 @@
-"""A split tokenized once: ragged int32 token arrays (EOS appended), cached as ``.npy`` files.
+"""Stage 3: cleaned pairs -> token ids, ragged int32 arrays (EOS appended), cached as ``.npy``.
 
-The cache lives next to the prepared TFDS data (``<cache_root>/token_cache/<dataset>/``), keyed by
-split, vocabulary hash and cleanup options, written to a temp folder and renamed into place, and
-memory-mapped when read, so a run over a large corpus tokenizes it only once.
+A split's cache lives next to the prepared TFDS data (``<cache_root>/token_cache/<dataset>/``),
+keyed by split, vocabulary hash and cleaning, written to a temp folder and renamed into place,
+and memory-mapped when read, so a run over a large corpus tokenizes it only once. Texts given
+directly (a test set read from files) are tokenized the same way, in memory.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ import itertools
 import os
 import shutil
 import tempfile
+from typing import Iterable
 
 import numpy as np
 from absl import logging
 
-from transformer_jax.data import DataError, datasets
+from transformer_jax.data import DataError, sources
+from transformer_jax.special_ids import EOS_ID
 
 _FILES = ("source_ids", "source_offsets", "target_ids", "target_offsets")
 
@@ -64,9 +67,9 @@ def _load(cache_dir: str) -> TokenizedSplit:
   return TokenizedSplit(**arrays, cache_dir=cache_dir)
 
 
-def _ragged(ids_per_example: list[list[int]], eos_id: int) -> tuple[np.ndarray, np.ndarray]:
+def _ragged(ids_per_example: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
   lengths = np.fromiter((len(x) + 1 for x in ids_per_example), np.int64, len(ids_per_example))
-  flat = np.fromiter(itertools.chain.from_iterable(x + [eos_id] for x in ids_per_example),
+  flat = np.fromiter(itertools.chain.from_iterable(x + [EOS_ID] for x in ids_per_example),
                      np.int32, int(lengths.sum()))
   return flat, np.concatenate([[0], np.cumsum(lengths)])
 
@@ -79,30 +82,34 @@ def _concat_ragged(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarr
           np.concatenate([[0], np.cumsum(all_lengths)]).astype(np.int64))
 
 
-def _tokenize_source(config, tokenizer, src: datasets.SplitSource) -> TokenizedSplit:
-  """Tokenizes chunk by chunk into numpy (a WMT-size corpus never sits in Python lists)."""
+def tokenize_pairs(tokenizer, chunks: Iterable[tuple[list[str], list[str]]]) -> TokenizedSplit:
+  """Token ids of chunks of (source texts, target texts), converted into numpy chunk by chunk
+  (a WMT-size corpus never sits in Python lists)."""
   src_parts, tgt_parts = [], []
-  unescape = config.data.html_unescape
-  for s_chunk, t_chunk in datasets.iter_raw_pairs(src):
-    src_parts.append(_ragged(tokenizer.encode_batch(
-        [datasets.clean_text(s, unescape) for s in s_chunk]), tokenizer.eos_id))
-    tgt_parts.append(_ragged(tokenizer.encode_batch(
-        [datasets.clean_text(t, unescape) for t in t_chunk]), tokenizer.eos_id))
+  for s_chunk, t_chunk in chunks:
+    src_parts.append(_ragged(tokenizer.encode_batch(s_chunk)))
+    tgt_parts.append(_ragged(tokenizer.encode_batch(t_chunk)))
   return TokenizedSplit(*_concat_ragged(src_parts), *_concat_ragged(tgt_parts))
 
 
-def tokenized_split(config, tokenizer, split: str, use_cache: bool = True) -> TokenizedSplit:
+def tokenized_texts(tokenizer, source_texts: list[str], target_texts: list[str]) -> TokenizedSplit:
+  """Given aligned texts (already cleaned) as token ids; not cached."""
+  if len(source_texts) != len(target_texts):
+    raise DataError(f"{len(source_texts)} source texts but {len(target_texts)} references")
+  step = sources.CHUNK
+  return tokenize_pairs(tokenizer, ((source_texts[i:i + step], target_texts[i:i + step])
+                                    for i in range(0, len(source_texts), step)))
+
+
+def tokenized_split(config, tokenizer, split: str) -> TokenizedSplit:
   """The whole split tokenized (nothing filtered), from the cache when there."""
-  src = datasets.split_source(config, split)
-  opts = "html" if config.data.html_unescape else "raw"
-  cache_dir = os.path.join(datasets.cache_root(config), "token_cache", src.dataset_id,
-                           f"{split}-{tokenizer.sha}-{opts}")
-  if use_cache and all(os.path.isfile(os.path.join(cache_dir, f + ".npy")) for f in _FILES):
+  src = sources.split_source(config, split)
+  cache_dir = os.path.join(sources.cache_root(config), "token_cache", src.dataset_id,
+                           f"{split}-{tokenizer.sha}-{src.cleaning}")
+  if all(os.path.isfile(os.path.join(cache_dir, f + ".npy")) for f in _FILES):
     return _load(cache_dir)
   logging.info("tokenizing %s split (%d pairs)", split, len(src))
-  tokenized = _tokenize_source(config, tokenizer, src)
-  if not use_cache:
-    return tokenized
+  tokenized = tokenize_pairs(tokenizer, src.chunks())
   try:
     os.makedirs(os.path.dirname(cache_dir), exist_ok=True)
     tmp = tempfile.mkdtemp(dir=os.path.dirname(cache_dir), prefix=".tmp-")
@@ -116,21 +123,3 @@ def tokenized_split(config, tokenizer, split: str, use_cache: bool = True) -> To
   except OSError as e:
     logging.warning("cannot cache token ids in %s (%s); keeping them in memory", cache_dir, e)
     return tokenized
-
-
-def select_for_training(tokenized: TokenizedSplit, max_source_len: int,
-                        max_target_len: int) -> np.ndarray:
-  """Ids of the examples kept for training: both sides non-empty and within the max lengths
-  (counted in tokens including EOS). Logs what was dropped; DataError when nothing is left."""
-  s_N, t_N = tokenized.source_lengths, tokenized.target_lengths
-  empty_N = (s_N <= 1) | (t_N <= 1)
-  long_N = ~empty_N & ((s_N > max_source_len) | (t_N > max_target_len))
-  keep = np.flatnonzero(~empty_N & ~long_N).astype(np.int32)
-  logging.info("training pairs: %d kept, %d empty dropped, %d longer than max_source_len=%d / "
-               "max_target_len=%d dropped", len(keep), int(empty_N.sum()), int(long_N.sum()),
-               max_source_len, max_target_len)
-  if not len(keep):
-    raise DataError(f"no training pairs left after filtering ({len(s_N)} pairs: {int(empty_N.sum())} "
-                    f"empty, {int(long_N.sum())} longer than data.max_source_len={max_source_len} or "
-                    f"data.max_target_len={max_target_len} tokens)")
-  return keep

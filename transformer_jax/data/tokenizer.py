@@ -1,8 +1,10 @@
-"""The shared source+target SentencePiece vocabulary (paper §5.1: one BPE vocabulary).
+"""Stage 2: the shared source+target SentencePiece vocabulary (paper §5.1: one BPE vocabulary).
 
-:func:`load_or_train_tokenizer` trains it once on a sample of the training split (both sides) and
-keeps it at ``workdir/vocab/spm.model`` (written to a temp file, then renamed), reused afterwards.
-Ids are fixed: pad=0, eos=1, unk=2, no bos (the decoder's start symbol is the pad id 0).
+Training (:func:`load_or_train_tokenizer`) trains it once on a sample of the training split's
+cleaned sentences (both sides) and keeps it at ``WORKDIR/vocab/spm.model`` (written to a temp
+file, then renamed); later runs load it. Evaluation and translation only load it
+(:func:`load_tokenizer`). Special ids come from :mod:`transformer_jax.special_ids`; there is no
+bos (the decoder's start symbol is the pad id).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import io
 import os
 import re
 import tempfile
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 import sentencepiece as spm
@@ -20,8 +22,8 @@ from absl import logging
 
 from transformer_jax.config import ConfigError
 from transformer_jax.data import DataError
+from transformer_jax.special_ids import EOS_ID, PAD_ID, UNK_ID
 
-PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
 VOCAB_SUBDIR, MODEL_NAME = "vocab", "spm.model"
 _TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)")
 
@@ -37,13 +39,8 @@ class Tokenizer:
     self.sha = hashlib.sha256(model_proto).hexdigest()[:16]  # keys token caches
     got = (self._sp.pad_id(), self._sp.eos_id(), self._sp.unk_id(), self._sp.bos_id())
     if got != (PAD_ID, EOS_ID, UNK_ID, -1):
-      raise ConfigError(f"SentencePiece model has special ids (pad, eos, unk, bos)={got}; "
-                        f"expected {(PAD_ID, EOS_ID, UNK_ID, -1)}")
-
-  @classmethod
-  def from_file(cls, path: str) -> "Tokenizer":
-    with open(path, "rb") as f:
-      return cls(f.read())
+      raise DataError(f"SentencePiece model has special ids (pad, eos, unk, bos)={got}; "
+                      f"expected {(PAD_ID, EOS_ID, UNK_ID, -1)}")
 
   @property
   def vocab_size(self) -> int:
@@ -74,18 +71,40 @@ def vocab_path(workdir: str) -> str:
   return os.path.join(workdir, VOCAB_SUBDIR, MODEL_NAME)
 
 
-def load_or_train_tokenizer(config, workdir: str) -> Tokenizer:
-  """The workdir's vocabulary, trained from the training split when not there yet."""
+def load_tokenizer(workdir: str) -> Tokenizer:
+  """The vocabulary that training left in WORKDIR/vocab; DataError (one line) when there is none.
+  Never trains one."""
   path = vocab_path(workdir)
-  size = config.model.vocab_size
+  if not os.path.isfile(path):
+    raise DataError(f"{workdir} has no vocabulary ({os.path.dirname(path)}): it is written when "
+                    "training starts; train first (--mode=train) with this workdir")
+  with open(path, "rb") as f:
+    proto = f.read()
+  try:
+    tok = Tokenizer(proto)
+  except RuntimeError as e:  # not a SentencePiece model
+    raise DataError(f"{path} is not a SentencePiece model: {str(e).splitlines()[0]}") from None
+  logging.info("loaded vocabulary %s (%d pieces)", path, tok.vocab_size)
+  return tok
+
+
+def load_or_train_tokenizer(config, workdir: str) -> Tokenizer:
+  """For training: the workdir's vocabulary, trained from the training split when not there yet
+  (model.vocab_size pieces; a stored vocabulary of another size is a ConfigError)."""
+  path, size = vocab_path(workdir), config.model.vocab_size
   if os.path.isfile(path):
-    tok = Tokenizer.from_file(path)
+    tok = load_tokenizer(workdir)
     if tok.vocab_size != size:
       raise ConfigError(f"config key 'model.vocab_size'={size} but {path} holds a vocabulary of "
                         f"{tok.vocab_size}; use that size, a new workdir, or delete the file")
-    logging.info("loaded vocabulary %s (%d pieces)", path, tok.vocab_size)
     return tok
-  proto = train_sentencepiece(config)
+  # Imported here: loading a vocabulary (translation) does not need TFDS.
+  from transformer_jax.data import sources  # pylint: disable=g-import-not-at-top
+  d = config.data
+  sentences = list(sources.sample_train_texts(config, d.vocab_train_sentences))
+  if not sentences:
+    raise DataError("the training split has no non-empty sentence to train the vocabulary on")
+  proto = train_sentencepiece(sentences, vocab_type=d.vocab_type, vocab_size=size)
   os.makedirs(os.path.dirname(path), exist_ok=True)
   fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".spm-", suffix=".tmp")
   try:
@@ -96,29 +115,26 @@ def load_or_train_tokenizer(config, workdir: str) -> Tokenizer:
   finally:
     if os.path.exists(tmp):
       os.remove(tmp)
-  logging.info("trained %s vocabulary of %d pieces -> %s", config.data.vocab_type, size, path)
+  logging.info("trained %s vocabulary of %d pieces -> %s", d.vocab_type, size, path)
   return Tokenizer(proto)
 
 
-def train_sentencepiece(config) -> bytes:
-  """Trains the shared vocabulary on up to data.vocab_train_sentences training sentences."""
-  from transformer_jax.data import datasets  # pylint: disable=g-import-not-at-top
-  d, size = config.data, config.model.vocab_size
-  sentences = list(datasets.sample_train_texts(config, d.vocab_train_sentences))
-  if not sentences:
-    raise DataError("the training split has no non-empty sentence to train the vocabulary on")
-  logging.info("training a %s vocabulary of %d on %d sentences", d.vocab_type, size, len(sentences))
+def train_sentencepiece(sentences: Iterable[str], *, vocab_type: str, vocab_size: int) -> bytes:
+  """A serialized SentencePiece model of vocab_size pieces trained on `sentences`."""
+  sentences = list(sentences)
+  logging.info("training a %s vocabulary of %d on %d sentences", vocab_type, vocab_size,
+               len(sentences))
   model = io.BytesIO()
   try:
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(sentences), model_writer=model, model_type=d.vocab_type,
-        vocab_size=size, pad_id=PAD_ID, eos_id=EOS_ID, unk_id=UNK_ID, bos_id=-1,
+        sentence_iterator=iter(sentences), model_writer=model, model_type=vocab_type,
+        vocab_size=vocab_size, pad_id=PAD_ID, eos_id=EOS_ID, unk_id=UNK_ID, bos_id=-1,
         character_coverage=1.0, max_sentence_length=1 << 16, input_sentence_size=0,
         num_threads=os.cpu_count() or 1, minloglevel=2)
   except RuntimeError as e:
     m = _TOO_HIGH.search(str(e))
     if m:
-      raise ConfigError(f"config key 'model.vocab_size'={size} is too large for this corpus; the "
-                        f"largest {d.vocab_type} vocabulary that fits is {m.group(2)}") from None
+      raise ConfigError(f"config key 'model.vocab_size'={vocab_size} is too large for this corpus; "
+                        f"the largest {vocab_type} vocabulary that fits is {m.group(2)}") from None
     raise DataError(f"SentencePiece training failed: {str(e).splitlines()[0]}") from None
   return model.getvalue()

@@ -1,0 +1,22 @@
+"""Benchmarks of transformer_jax (the library does not import this package).
+
+  TRANSFORMER_JAX_DATA_DIR=../shared/data python -m benchmarks [--profile] [--only=train,decode,data]
+  python -m benchmarks.flax_wmt --flax_wmt_dir=<flax checkout>/examples/wmt
+
+`python -m benchmarks` writes OUT.json and OUT.md (default experiments/results/bench) and prints
+the report. What it measures, in one process on the default jax device:
+- train (train_step.py): the compiled train step (`step.jit_train_step`: forward, backward, Adam,
+  dropout on, state donated) of each `--train` entry CONFIG:ROWSxLENGTH on a synthetic batch of
+  random ids (pack-mode configs get packed rows with segment ids). Model FLOPs are
+  `metrics.train_flops` (3 x the forward pass's matmul FLOPs, attention over the padded lengths;
+  embeddings, softmax, LayerNorm, the loss and Adam not counted), so MFU credits no
+  recomputation or overhead; MFU is against `metrics.measure_peak_flops` measured in the same
+  run in the first entry's compute dtype. `--profile`: where the step's time goes
+  (hlo_profile.py).
+- decode (decoding.py): beam-search throughput and the decoder step's cost vs cache position.
+- data (input_pipeline.py): real-token share and throughput of the train iterator.
+`python -m benchmarks.flax_wmt` (flax_wmt.py) times the flax WMT example's train step and ours
+side by side. Timing on a shared machine means something only when it is idle: the other
+processes' CPU share before and after is recorded (report.py), and the report says when it was
+not idle.
+"""

@@ -1,0 +1,256 @@
+"""Side by side: the flax WMT example's train step and ours, same shapes, one process.
+
+  git clone --depth 1 https://github.com/google/flax /tmp/flax
+  python -m benchmarks.flax_wmt --flax_wmt_dir=/tmp/flax/examples/wmt
+
+Theirs is `train.train_step` from their train.py, unchanged, set up as their `train_and_evaluate`
+does (jitted init, adamw(lr, 0.9, 0.98, 1e-9, weight_decay=0), pmap over the one local device,
+`common_utils.shard`ed batches). Equal configuration: base size, a shared 32000-piece
+vocabulary, dropout 0.1 on residuals, attention weights and ReLU outputs (flax's defaults; ours
+gets FLAX_DROPOUT, then any `--config.KEY=VALUE`), label smoothing 0.1, float32, threefry dropout
+in both (`--rbg_variant`: ours once more with rbg), the same batch of random ids. Each model is as
+its authors wrote it (flax pre-LN, ours post-LN); their matmuls are the same, so both are credited
+the same model FLOPs against the same peak. After compiling and warm-up, steps are timed in rounds
+of one step of each side in turn (`train_step.time_interleaved`); both run with the same process
+settings (this entry point re-executes itself with `host_memory.MALLOC_SETTINGS`). With
+`--flax_unrolled_variant`, flax's step is compiled once more after ours has registered the
+unrolled threefry lowering (`transformer_jax/rng.py`), for reference.
+"""
+
+if __name__ == "__main__":
+  from transformer_jax import host_memory  # pylint: disable=g-import-not-at-top
+  host_memory.reexec_with_malloc_settings()  # the same process settings for both steps
+
+import functools
+import importlib
+import importlib.util
+import os
+import shlex
+import sys
+import time
+import types
+
+from absl import flags, logging
+from flax import jax_utils, linen as nn
+from flax.training import common_utils
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from transformer_jax import errors, metrics, rng
+from transformer_jax.config import ConfigError, ModelConfig, parse_overrides
+from transformer_jax.markdown import table
+from transformer_jax.special_ids import PAD_ID
+
+from benchmarks import report, train_step
+
+FLAX_DROPOUT = {"model.attention_dropout_rate": 0.1, "model.relu_dropout_rate": 0.1}
+
+_FLAX_WMT_DIR = flags.DEFINE_string("flax_wmt_dir", None,
+                                    "folder with flax's examples/wmt models.py and train.py")
+_SHAPES = flags.DEFINE_list("shapes", ["8x128", "32x128"], "batch shapes ROWSxLENGTH")
+_STEPS = flags.DEFINE_integer("steps", 5, "rounds of timed steps (one step of each side per round)",
+                              lower_bound=1)
+_WARMUP = flags.DEFINE_integer("warmup", 1, "untimed steps after compiling", lower_bound=0)
+_RBG = flags.DEFINE_bool("rbg_variant", False, "also time ours with train.dropout_rng_impl=rbg "
+                         "(the same dropout distribution from XLA's RngBitGenerator)")
+_FLAX_UNROLLED = flags.DEFINE_bool(
+    "flax_unrolled_variant", True, "also time flax's step compiled with the unrolled threefry "
+    "lowering that ours registers (transformer_jax/rng.py), for reference")
+_OUT = flags.DEFINE_string("out", "experiments/results/bench_flax_wmt",
+                           "writes OUT.json and OUT.md ('' to write nothing)")
+
+
+def _module(name: str, **attributes) -> types.ModuleType:
+  module = types.ModuleType(name)
+  module.__dict__.update(attributes)
+  return module
+
+
+def load_flax_wmt(folder: str):
+  """Their (models, train) modules.
+
+  What train.py touches at import gets a stand-in while it loads, removed again afterwards:
+  their bleu, decode and input_pipeline modules always (they read data through TensorFlow and
+  only the decoding and evaluation functions use them); TensorFlow, when not installed, as a
+  module whose `data.Dataset` exists (train.py's signatures annotate with it); clu, when not
+  installed, with the `metric_writers` and `periodic_actions` it imports.
+  """
+  for name in ("models.py", "train.py"):
+    if not os.path.isfile(os.path.join(folder, name)):
+      raise ConfigError(f"--flax_wmt_dir={folder}: no {name} (expected flax's examples/wmt)")
+  # What train.py imports from flax, first: their optional TensorFlow imports must see the truth.
+  for name in ("flax.jax_utils", "flax.training.checkpoints", "flax.training.dynamic_scale"):
+    importlib.import_module(name)
+  stubs = {name: _module(name) for name in ("bleu", "decode", "input_pipeline")}
+  if importlib.util.find_spec("tensorflow") is None:
+    dataset = type("Dataset", (), {"__module__": "tensorflow.data"})
+    stubs["tensorflow"] = _module("tensorflow", data=_module("tensorflow.data", Dataset=dataset))
+  if importlib.util.find_spec("clu") is None:
+    parts = {p: _module(f"clu.{p}") for p in ("metric_writers", "periodic_actions")}
+    stubs.update({f"clu.{p}": m for p, m in parts.items()}, clu=_module("clu", **parts))
+  added = [name for name in stubs if name not in sys.modules]
+  sys.modules.update({name: stubs[name] for name in added})
+  sys.path.insert(0, folder)
+  try:
+    return importlib.import_module("models"), importlib.import_module("train")
+  finally:
+    sys.path.remove(folder)
+    for name in added:
+      sys.modules.pop(name, None)
+
+
+class FlaxStepper:
+  """Their step at base size on our synthetic batch, set up as their train_and_evaluate does; one
+  timed step per call (the first call compiles)."""
+
+  def __init__(self, models, train, rows: int, length: int):
+    train_config = models.TransformerConfig(
+        vocab_size=train_step.FLAX_VOCAB, output_vocab_size=train_step.FLAX_VOCAB,
+        share_embeddings=True, logits_via_embedding=True, dtype=jnp.float32, emb_dim=512,
+        num_heads=8, num_layers=6, qkv_dim=512, mlp_dim=2048, max_len=256, dropout_rate=0.1,
+        attention_dropout_rate=0.1, deterministic=False, decode=False,
+        kernel_init=nn.initializers.xavier_uniform(), bias_init=nn.initializers.normal(stddev=1e-6))
+    dropout_rng, init_rng = jax.random.split(jax.random.key(0))
+    m = models.Transformer(train_config.replace(deterministic=True))
+    variables = jax.jit(m.init)(init_rng, jnp.ones((rows, length), jnp.float32),
+                                jnp.ones((rows, length), jnp.float32))
+    learning_rate_fn = train.create_learning_rate_schedule(learning_rate=0.002, warmup_steps=1000)
+    state = train.TrainState.create(
+        apply_fn=m.apply, params=variables["params"],
+        tx=optax.adamw(learning_rate=learning_rate_fn, b1=0.9, b2=0.98, eps=1e-9, weight_decay=0.0),
+        dynamic_scale=None)
+    del variables
+    self.state = jax_utils.replicate(state)
+    self.p_train_step = jax.pmap(
+        functools.partial(train.train_step, config=train_config, learning_rate_fn=learning_rate_fn,
+                          label_smoothing=0.1),
+        axis_name="batch", donate_argnums=(0,))
+    self.dropout_rngs = jax.random.split(dropout_rng, jax.local_device_count())
+    self.batch = train_step.synthetic_batch(train_step.train_config("base")[0], rows, length)
+    self.sharded = common_utils.shard(jax.tree_util.tree_map(np.asarray, self.batch))
+    self.losses = []
+
+  def __call__(self) -> float:
+    t = time.perf_counter()
+    self.state, m = self.p_train_step(self.state, self.sharded, dropout_rng=self.dropout_rngs)
+    jax.block_until_ready((self.state, m))
+    seconds = time.perf_counter() - t
+    self.losses.append(float(m["loss"][0]) / float(m["denominator"][0]))
+    return seconds
+
+  def entry(self, compile_and_first: float, samples, flops: float, peak: float) -> dict:
+    tokens = int((self.batch["targets"] != PAD_ID).sum())
+    return {"compile_and_first_step_s": compile_and_first,
+            **train_step.step_timing(samples, tokens, flops, peak, jax.local_device_count()),
+            "loss_first_last": [self.losses[0], self.losses[-1]],
+            "finite": bool(np.all(np.isfinite(self.losses)))}
+
+
+def run(folder: str, shapes, steps: int, warmup: int, overrides: dict, rbg_variant: bool,
+        flax_unrolled: bool, command: str) -> dict:
+  """Both steps at each shape; the JSON-able result."""
+  variants = [("threefry (as flax)", dict(overrides))]
+  if rbg_variant:
+    variants.append(("rbg", dict(overrides, **{"train.dropout_rng_impl": "rbg"})))
+  configs = [train_step.train_config("base", o)[0] for _, o in variants]  # mistakes: before timing
+  cfg = ModelConfig.from_config(configs[0].model)  # the variants differ only in the dropout PRNG
+  parsed = [train_step.parse_shape(shape) for shape in shapes]
+  for _, length in parsed:
+    train_step.check_fits(configs[0], length)
+  models, train = load_flax_wmt(folder)
+  result = report.start(command)
+  peak = metrics.measure_peak_flops(np.dtype("float32"))
+  print(f"peak (float32 2048^2 jnp.dot): {peak / 1e9:.1f} GFLOP/s", flush=True)
+  entries = []
+  for rows, length in parsed:
+    shape = f"{rows}x{length}"
+    flops = metrics.train_flops(cfg, rows, length, length)
+    print(f"{shape}: compiling the flax WMT example's step and ours "
+          f"({', '.join(name for name, _ in variants)}) ...", flush=True)
+    theirs = [FlaxStepper(models, train, rows, length)]
+    compile_s = [theirs[0]()]
+    mine = [train_step.Stepper("base", rows, length, o) for _, o in variants]
+    if flax_unrolled and rng.unroll_threefry_on_cpu():  # compiled after: their step, our lowering
+      theirs.append(FlaxStepper(models, train, rows, length))
+      compile_s.append(theirs[-1]())
+    print(f"{shape}: {warmup} warm-up step(s) each, then {steps} rounds of one step each ...",
+          flush=True)
+    samples = train_step.time_interleaved([*theirs, *mine], steps, warmup)
+    flax_entries = [s.entry(c, x, flops, peak) for s, c, x in zip(theirs, compile_s, samples)]
+    flax_entry = flax_entries[0]
+    print(f"  flax WMT: {flax_entry['step_s']['median']:.3f} s/step, "
+          f"{flax_entry['target_tokens_per_s']:.0f} tok/s, MFU {flax_entry['mfu']:.1%}", flush=True)
+    del theirs
+    ours = []
+    for (name, _), stepper, own in zip(variants, mine, samples[-len(mine):]):
+      e = stepper.entry(own, warmup, peak)
+      stepper.close()
+      e["variant"] = name
+      e["speedup"] = e["target_tokens_per_s"] / flax_entry["target_tokens_per_s"]
+      e["speedup_per_round"] = [f / o for f, o in zip(samples[0], own)]
+      print(f"  ours, {name}: {e['step_s']['median']:.3f} s/step, "
+            f"{e['target_tokens_per_s']:.0f} tok/s, MFU {e['mfu']:.1%}, {e['speedup']:.2f}x",
+            flush=True)
+      ours.append(e)
+    entries.append({"shape": shape, "model_flops_per_step": flops, "flax_wmt": flax_entry,
+                    "flax_wmt_unrolled_threefry": flax_entries[1] if len(flax_entries) > 1 else None,
+                    "transformer_jax": ours})
+  result.update(peak_flops_per_s=peak, ours_overrides=dict(overrides), interleaved=True,
+                warmup_steps=warmup, entries=entries)
+  return report.finish(result)
+
+
+def markdown(r: dict) -> str:
+  def s_per_step(e):
+    return f"{e['step_s']['median']:.3f}; {e['step_s']['min']:.3f}"
+  rows = []
+  for e in r["entries"]:
+    f = e["flax_wmt"]
+    for o in e["transformer_jax"]:
+      rows.append([e["shape"], s_per_step(f), round(f["target_tokens_per_s"]), f"{f['mfu']:.1%}",
+                   o["variant"], s_per_step(o), round(o["target_tokens_per_s"]), f"{o['mfu']:.1%}",
+                   f"**{o['speedup']:.2f}x**",
+                   f"{min(o['speedup_per_round']):.2f}-{max(o['speedup_per_round']):.2f}x"])
+  overrides = ", ".join(f"{k}={v}" for k, v in r["ours_overrides"].items())
+  lines = report.header("The flax WMT example's train step and ours, side by side", r) + [
+      f"Peak: {r['peak_flops_per_s'] / 1e9:.1f} GFLOP/s (float32 2048x2048 jnp.dot, same run).", "",
+      "Both at base size, vocabulary 32000 shared, fp32, dropout 0.1 on residuals, attention "
+      "weights and ReLU outputs, label smoothing 0.1, Adam(0.9, 0.98, 1e-9), the same batch of "
+      f"random ids. Ours with `{overrides}`. Model FLOPs = `metrics.train_flops` (3 x forward "
+      "matmul FLOPs) for both; MFU against the peak above. After "
+      f"{r['warmup_steps']} warm-up step(s) each, the steps are timed in rounds of one step of "
+      "each, in turn, so that a drift of the machine's speed hits both alike; 'per round' is the "
+      "range of flax's step time over ours within a round.", "",
+      table(["batch", "flax WMT s/step (median; min)", "tok/s", "MFU", "ours: dropout PRNG",
+             "s/step (median; min)", "tok/s", "MFU", "speed-up (medians)", "per round"], rows)]
+  for e in r["entries"]:
+    u, ref = e["flax_wmt_unrolled_threefry"], e["transformer_jax"][0]
+    if u:
+      lines += [f"{e['shape']}, for reference: flax's step compiled with the unrolled threefry "
+                "lowering that our step registers (`transformer_jax/rng.py`; theirs as shipped "
+                f"uses jax's rolled CPU loops): {u['step_s']['median']:.3f} s/step, "
+                f"{u['target_tokens_per_s']:.0f} tok/s, MFU {u['mfu']:.1%}; ours ({ref['variant']}) "
+                f"is {ref['target_tokens_per_s'] / u['target_tokens_per_s']:.2f}x that.", ""]
+  lines += ["Compile (flax: compile + first step; ours: compile only, per variant): " + ", ".join(
+      f"{e['shape']} {e['flax_wmt']['compile_and_first_step_s']:.1f} s / " + " and ".join(
+          f"{o['compile_s']:.1f} s" for o in e["transformer_jax"]) for e in r["entries"])]
+  return "\n".join(lines) + "\n"
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise ConfigError(f"unexpected arguments {' '.join(argv[1:])}")
+  if not _FLAX_WMT_DIR.value:
+    raise ConfigError("--flax_wmt_dir is required (a checkout of flax's examples/wmt)")
+  overrides = dict(FLAX_DROPOUT, **parse_overrides(errors.OVERRIDE_ARGS))
+  r = run(_FLAX_WMT_DIR.value, _SHAPES.value, _STEPS.value, _WARMUP.value, overrides, _RBG.value,
+          _FLAX_UNROLLED.value, shlex.join(["python", "-m", "benchmarks.flax_wmt", *sys.argv[1:]]))
+  text = markdown(r)
+  report.write(r, text, _OUT.value)
+  print(text)
+
+
+if __name__ == "__main__":
+  errors.run(main, verbosity=logging.WARNING)

@@ -1,0 +1,441 @@
+"""A sweep's report, made from its committed result files (experiments/run.py writes them).
+
+The results folder (experiments/results/<sweep>_<scale>/) holds one `<row>_seed<k>.json` per
+finished (row, seed) and the dev references (references.json). The report beside it,
+`<sweep>_<scale>.{md,json}` with `_curves.png` (every row's dev-perplexity curve, mean over
+seeds) and `.png` (ours against the paper's values), puts each row next to the paper's:
+
+- ours as the mean over seeds with min–max and n, and the change against base;
+- the paper's direction for the row: the sign of its change against base when that is clear
+  (|ΔPPL| >= 0.2, |ΔBLEU| >= 0.3), '=' otherwise;
+- a verdict (`verdict`): with noise = the larger of the row's and base's ranges over seeds, ✓
+  when |ours - base| > noise in the paper's direction, ✗ when beyond the noise the other way (or
+  when the paper's row is '=' and ours moved), '=' within the noise ('= ✓' for a '=' row);
+- the paired bootstrap p-value of the row's BLEU against base's (sacreBLEU, seed 0 of each);
+- convergence: the relative change of dev perplexity over the last quarter of training;
+- the wall time per row and for the whole sweep.
+Rows without all their seeds finished show what there is, and no verdict. A `## Reading`
+section is not generated: it is the contents of `<sweep>_<scale>_reading.md` when that exists.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import json
+import os
+import re
+import statistics
+
+from experiments import plots, sweeps
+from transformer_jax import markdown
+from transformer_jax.config import REPO, ConfigError
+
+PPL_CLEAR = 0.2    # |ΔPPL| of the paper at or above which a row's direction is clear
+BLEU_CLEAR = 0.3   # the same for ΔBLEU
+TOLERANCE_M = 3.0  # paper-scale parameter counts must match the paper within this (millions)
+_RESULT_NAME = re.compile(r"^(?P<row>.+)_seed(?P<seed>\d+)\.json$")
+
+
+def default_results_dir(sweep_name: str, scale_name: str) -> str:
+  return os.path.join(REPO, "experiments", "results", f"{sweep_name}_{scale_name}")
+
+
+def _read_json(path):
+  try:
+    with open(path, encoding="utf-8") as f:
+      return json.load(f)
+  except (OSError, ValueError):
+    return None
+
+
+# ----------------------------------------------------------------------------- result files
+
+def protocol_difference(ours: dict, theirs: dict) -> str:
+  """The first field in which two protocols differ ('field: theirs there, ours now'); '' if none."""
+  for key in ours:
+    if key == "hash":
+      continue
+    a, b = ours.get(key), (theirs or {}).get(key)
+    if isinstance(a, dict) and isinstance(b, dict):
+      for sub in sorted(set(a) | set(b)):
+        if a.get(sub) != b.get(sub):
+          return f"{key}.{sub}: {b.get(sub)!r} there, {a.get(sub)!r} now"
+    elif a != b:
+      return f"{key}: {b!r} there, {a!r} now"
+  return ""
+
+
+def check_results_folder(results_dir: str, sweep, expected_protocol) -> None:
+  """ConfigError (one line naming the file and the field) for a result file of a row the sweep
+  lacks or of another protocol than `expected_protocol(row)`; nothing is changed."""
+  names = sorted(os.listdir(results_dir)) if os.path.isdir(results_dir) else []
+  for name in names:
+    if not name.endswith(".json") or name == "references.json":
+      continue
+    path, m = os.path.join(results_dir, name), _RESULT_NAME.match(name)
+    if not m:
+      raise ConfigError(f"{path}: not a result file (<row>_seed<k>.json) of experiments.run")
+    if m["row"] not in sweep.rows:
+      raise ConfigError(f"{path}: row '{m['row']}' is not a row of the sweep '{sweep.name}'; "
+                        "use another --results_dir")
+    data = _read_json(path)
+    if not isinstance(data, dict) or not isinstance(data.get("protocol"), dict):
+      raise ConfigError(f"{path}: unreadable result file (no 'protocol')")
+    diff = protocol_difference(expected_protocol(m["row"]), data["protocol"])
+    if diff:
+      raise ConfigError(f"{path} comes from another protocol ({diff}); use another "
+                        "--results_dir, or move that folder away to start anew")
+
+
+def load_results(results_dir: str) -> dict[str, dict[int, dict]]:
+  """{row: {seed: result}} of the result files in `results_dir`."""
+  out: dict[str, dict[int, dict]] = {}
+  for name in sorted(os.listdir(results_dir)) if os.path.isdir(results_dir) else []:
+    m = _RESULT_NAME.match(name)
+    data = _read_json(os.path.join(results_dir, name)) if m else None
+    if data is not None:
+      out.setdefault(m["row"], {})[int(m["seed"])] = data
+  return out
+
+
+def load_states(out: str) -> dict[tuple[str, int], dict]:
+  """{(row, seed): OUT/<row>/seed<k>/status.json} (failed and unfinished runs say why)."""
+  states = {}
+  for row in sorted(os.listdir(out)) if out and os.path.isdir(out) else []:
+    for sub in sorted(os.listdir(os.path.join(out, row))) if os.path.isdir(os.path.join(out, row)) else []:
+      state = _read_json(os.path.join(out, row, sub, "status.json"))
+      if state and sub.startswith("seed"):
+        states[(row, state.get("seed"))] = state
+  return states
+
+
+# ----------------------------------------------------------------------------- verdicts
+
+def expectation(paper_row, paper_base, clear: float):
+  """The paper's direction for a row: '+' or '-' when |change| >= clear, '=' below; None without
+  values. (Compared at the paper's printed precision: 5.12 - 4.92 is a change of 0.20.)"""
+  if paper_row is None or paper_base is None:
+    return None
+  delta = round(paper_row - paper_base, 6)
+  if abs(delta) < clear - 1e-9:
+    return "="
+  return "+" if delta > 0 else "-"
+
+
+def clear_rows(sweep) -> list[str]:
+  """Rows whose paper PPL differs from base's by at least PPL_CLEAR (Table 3: 11 rows)."""
+  base = sweep.rows["base"].paper
+  return [r for r in sweeps.row_ids(sweep) if r != "base" and sweep.rows[r].paper is not None
+          and expectation(sweep.rows[r].paper.ppl, base.ppl, PPL_CLEAR) in ("+", "-")]
+
+
+def paper_unchanged(sweep) -> list[str]:
+  """Rows the paper shows as unchanged: PPL and BLEU within one unit of the last printed digit
+  of base's (0.01 and 0.1)."""
+  base = sweep.rows["base"].paper
+  return [r for r in sweeps.row_ids(sweep) if r != "base" and sweep.rows[r].paper is not None
+          and None not in (sweep.rows[r].paper.ppl, sweep.rows[r].paper.bleu)
+          and abs(round(sweep.rows[r].paper.ppl - base.ppl, 6)) <= 0.01
+          and abs(round(sweep.rows[r].paper.bleu - base.bleu, 6)) <= 0.1]
+
+
+def spread(values: list[float]) -> dict:
+  return {"mean": statistics.fmean(values), "min": min(values), "max": max(values),
+          "n": len(values)} if values else {"mean": None, "min": None, "max": None, "n": 0}
+
+
+def verdict(expected, row_values: list[float], base_values: list[float]) -> dict:
+  """A row against base on one metric: the difference of the means, the noise (the larger of the
+  two ranges over seeds) and the verdict ('✓', '✗', '=', '= ✓', or '' without values or
+  expectation); see the module docstring."""
+  if not row_values or not base_values:
+    return {"delta": None, "noise": None, "verdict": ""}
+  delta = statistics.fmean(row_values) - statistics.fmean(base_values)
+  noise = max(max(row_values) - min(row_values), max(base_values) - min(base_values))
+  beyond = abs(delta) > noise
+  if expected is None:
+    mark = ""
+  elif expected == "=":
+    mark = "✗" if beyond else "= ✓"
+  elif beyond:
+    mark = "✓" if (delta > 0) == (expected == "+") else "✗"
+  else:
+    mark = "="
+  return {"delta": delta, "noise": noise, "verdict": mark}
+
+
+def p_value(base: dict, row: dict, references: list[str]):
+  """Paired bootstrap p-value of `row`'s sacreBLEU against `base`'s (same dev sentences)."""
+  from transformer_jax import bleu  # pylint: disable=g-import-not-at-top
+  if not references or len(base["hypotheses"]) != len(references) != len(row["hypotheses"]):
+    return None
+  return bleu.paired_bootstrap(base["hypotheses"], row["hypotheses"], references)["bleu"]["p_value"]
+
+
+@functools.lru_cache(maxsize=None)
+def _paper_params(spec: str) -> dict[str, int]:
+  return {p["row"]: p["params"] for p in paper_params_table(sweeps.load_sweep(spec))}
+
+
+def paper_params_table(sweep) -> list[dict]:
+  """Exact parameter counts of the rows at the paper's scale (vocab 37000), beside the paper's."""
+  from transformer_jax.config import ModelConfig  # pylint: disable=g-import-not-at-top
+  from transformer_jax.params import count_params  # pylint: disable=g-import-not-at-top
+  table = []
+  for r in sweeps.row_ids(sweep):
+    res = sweeps.resolve(sweep, r, "paper")
+    paper = sweep.rows[r].paper
+    table.append({"row": r, "label": res.label,
+                  "params": count_params(ModelConfig.from_config(res.config.model)),
+                  "paper_params_m": paper.params_m if paper is not None else None})
+  return table
+
+
+def params_markdown(sweep) -> str:
+  rows = []
+  for p in paper_params_table(sweep):
+    ref = p["paper_params_m"]
+    rows.append([p["label"], f"{p['params']:,} ({p['params'] / 1e6:.1f}M)", ref,
+                 None if ref is None else f"{p['params'] / 1e6 - ref:+.1f}M"])
+  return markdown.table(["row", "params (exact, vocab 37000)", "paper ×10^6", "difference"], rows)
+
+
+def summarize(sweep, results: dict, planned: dict[str, list[int]], references, states=None,
+              paper_params=None) -> list[dict]:
+  """One dict per row of the sweep: the paper's values, ours over seeds, verdicts, cost."""
+  states, paper_params = states or {}, paper_params or {}
+  ids = sweeps.row_ids(sweep)
+  base_paper = sweep.rows["base"].paper if "base" in sweep.rows else None
+  unchanged = set(paper_unchanged(sweep)) if base_paper is not None else set()
+  out = []
+  for r in ids:
+    runs = results.get(r, {})
+    seeds = sorted(runs)
+    paper = sweep.rows[r].paper
+    row = {"row": r, "label": sweep.rows[r].label, "group": sweep.rows[r].group,
+           "paper_ppl": paper.ppl if paper else None, "paper_bleu": paper.bleu if paper else None,
+           "paper_params_m": paper.params_m if paper else None,
+           "paper_scale_params": paper_params.get(r), "paper_unchanged": r in unchanged,
+           "planned_seeds": planned.get(r, []), "seeds": seeds,
+           "complete": bool(seeds) and set(planned.get(r, [])) <= set(seeds),
+           "ppl": spread([runs[s]["dev_ppl"] for s in seeds]),
+           "bleu": spread([runs[s]["bleu_tokenized"] for s in seeds]),
+           "sacrebleu": spread([runs[s]["bleu"] for s in seeds]),
+           "last_quarter": spread([runs[s]["last_quarter"]["relative_change"] for s in seeds
+                                   if runs[s].get("last_quarter")]),
+           "train_minutes": sum(runs[s]["train_minutes"] for s in seeds),
+           "eval_minutes": sum(runs[s]["eval_minutes"] for s in seeds),
+           "step_seconds": spread([runs[s]["step_seconds"] for s in seeds
+                                   if runs[s].get("step_seconds")])["mean"],
+           "params": runs[seeds[0]]["params"] if seeds else None,
+           "hparams": runs[seeds[0]]["hparams"] if seeds else {},
+           "problems": [f"seed {s}: {st['status']}: {st['error']}" for (rr, s), st in
+                        sorted(states.items()) if rr == r and s not in runs
+                        and st.get("status") != "done"]}
+    row["status"] = ("done" if row["complete"] else
+                     "failed" if any(": failed:" in p for p in row["problems"]) else
+                     "partial" if seeds else "pending")
+    out.append(row)
+  base = next((x for x in out if x["row"] == "base"), None)
+  for row in out:
+    compared = base is not None and row is not base
+    for key, clear, metric in (("ppl", PPL_CLEAR, "dev_ppl"), ("bleu", BLEU_CLEAR, "bleu_tokenized")):
+      expected = expectation(row[f"paper_{key}"], base[f"paper_{key}"], clear) if compared else None
+      v = verdict(expected, [results[row["row"]][s][metric] for s in row["seeds"]],
+                  [results["base"][s][metric] for s in base["seeds"]]) if compared else {}
+      judged = compared and row["complete"] and base["complete"]
+      row.update({f"{key}_expected": expected, f"{key}_delta": v.get("delta"),
+                  f"{key}_noise": v.get("noise"),
+                  f"{key}_verdict": v["verdict"] if judged else ("pending" if expected else "")})
+    row["p_value"] = (p_value(results["base"][base["seeds"][0]],
+                              results[row["row"]][row["seeds"][0]], references)
+                      if compared and row["seeds"] and base["seeds"] else None)
+  return out
+
+
+# ----------------------------------------------------------------------------- the report
+
+HEADERS = {"N": "N", "d_model": "d_model", "d_ff": "d_ff", "h": "h", "d_k": "d_k", "d_v": "d_v",
+           "P_drop": "P_drop", "eps_ls": "ε_ls", "train_steps": "steps"}
+
+
+def _num(value, digits=2) -> str:
+  return "" if value is None else f"{value:.{digits}f}"
+
+
+def _ours(row, key, digits) -> str:
+  s = row[key]
+  if not s["n"]:
+    return "pending"
+  of = "" if row["complete"] else f" of {len(row['planned_seeds'])}"
+  return (f"{s['mean']:.{digits}f} ({s['min']:.{digits}f}–{s['max']:.{digits}f}, "
+          f"n={s['n']}{of})")
+
+
+def _delta(row, base, key) -> str:
+  if base is None or row is base or row[f"paper_{key}"] is None or base[f"paper_{key}"] is None:
+    return ""
+  paper = f"{row[f'paper_{key}'] - base[f'paper_{key}']:+.2f}"
+  if row[f"{key}_delta"] is None:
+    return f"{paper} / —"
+  return f"{paper} / {row[f'{key}_delta']:+.2f} (noise {row[f'{key}_noise']:.2f})"
+
+
+def _hparam(col, value) -> str:
+  if value is None:
+    return ""
+  if col in ("P_drop", "eps_ls"):
+    return f"{value:g}"
+  return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def summary_lines(rows: list[dict]) -> list[str]:
+  """The verdict counts for PPL and BLEU, the rows the paper calls unchanged, base's spread."""
+  lines = []
+  for key, name, clear in (("ppl", "PPL", PPL_CLEAR), ("bleu", "BLEU", BLEU_CLEAR)):
+    clear_ = [r for r in rows if r[f"{key}_expected"] in ("+", "-")]
+    count = lambda mark, rs: sum(r[f"{key}_verdict"] == mark for r in rs)  # noqa: E731
+    lines.append(
+        f"- {name}: {count('✓', clear_)} of {len(clear_)} clear rows (the paper's |Δ{name}| ≥ "
+        f"{clear:g}) move in the paper's direction beyond the seed spread; "
+        f"{count('✗', clear_)} move the other way beyond it, {count('=', clear_)} stay within "
+        f"it, {count('pending', clear_)} pending.")
+    same = [r for r in rows if r["paper_unchanged"]]
+    lines.append("  - Rows the paper calls unchanged (to stay within the spread): " + ("; ".join(
+        f"{r['label']}: {r[f'{key}_verdict'] or '—'}" + (
+            "" if r[f"{key}_delta"] is None else
+            f" (ours {r[f'{key}_delta']:+.2f}, noise {r[f'{key}_noise']:.2f})") for r in same)
+        or "none") + ".")
+    small = [r for r in rows if r[f"{key}_expected"] == "=" and not r["paper_unchanged"]]
+    if small:
+      lines.append(f"  - Other rows with a small change in the paper (|Δ{name}| < {clear:g}): "
+                   f"{count('= ✓', small)} of {len(small)} within the spread, "
+                   f"{count('✗', small)} beyond it, {count('pending', small)} pending.")
+  base = next((r for r in rows if r["row"] == "base"), None)
+  if base and base["seeds"]:
+    p, b = base["ppl"], base["bleu"]
+    lines.append(f"- Base over seeds {', '.join(map(str, base['seeds']))}: dev PPL {p['mean']:.2f} "
+                 f"({p['min']:.2f}–{p['max']:.2f}, range {p['max'] - p['min']:.2f}), tokenized "
+                 f"BLEU {b['mean']:.2f} ({b['min']:.2f}–{b['max']:.2f}, range "
+                 f"{b['max'] - b['min']:.2f}).")
+  return lines
+
+
+def report_markdown(sweep, scale_name: str, rows: list[dict], results: dict, reading: str,
+                    stem: str) -> str:
+  runs = [res for by_seed in results.values() for res in by_seed.values()]
+  base = next((r for r in rows if r["row"] == "base"), None)
+  commands = sorted({r["commands"]["sweep"] for r in runs if r["commands"].get("sweep")})
+  machines = sorted({f"{r['machine']['cpu']}, {r['machine']['cores']} cores" for r in runs})
+  dates = sorted(r["date"] for r in runs)
+  config = sorted({r["protocol"]["config"] for r in runs})
+  vocabs = sorted({r["vocab_sha256"] for r in runs})
+  planned = sum(len(r["planned_seeds"]) for r in rows)
+  train_h, eval_h = (sum(r[k] for r in rows) / 60 for k in ("train_minutes", "eval_minutes"))
+  lines = [f"# {sweep.name} at scale '{scale_name}'", ""]
+  if sweep.description:
+    lines += [sweep.description + ".", ""]
+  lines += [f"Scale '{scale_name}': {sweep.scales[scale_name].description}.", "",
+            "- Command: " + (", ".join(f"`{c}`" for c in commands) or "—"),
+            "- Config: " + (", ".join(f"`{c}`" for c in config) or "—") + "; result files: "
+            f"`{os.path.relpath(stem, REPO)}/`",
+            "- Machine: " + ("; ".join(machines) or "—"),
+            "- Date: " + (f"{dates[0]} to {dates[-1]}" if dates else "—"),
+            f"- Runs finished: {len(runs)} of {planned} (row × seed); rows complete: "
+            f"{sum(r['complete'] for r in rows)} of {len(rows)}.",
+            f"- Wall time: {train_h + eval_h:.2f} h for the {len(runs)} finished runs "
+            f"(training {train_h:.2f} h, evaluation {eval_h:.2f} h); per row below.",
+            "- Vocabulary: " + (f"one for all runs (sha256 {vocabs[0]}…)" if len(vocabs) == 1 else
+                                f"{len(vocabs)} different ones ({', '.join(vocabs)}): perplexities "
+                                "of runs with different vocabularies do not compare" if vocabs
+                                else "—"), ""]
+  problems = [f"{r['row']} {p}" for r in rows for p in r["problems"]]
+  if problems:
+    lines += ["Not finished: " + "; ".join(problems) + ".", ""]
+  lines += ["## Summary", "", *summary_lines(rows), "", "## Beside the paper", "",
+            "PPL = dev perplexity per target token, exp(NLL), no label smoothing in it; BLEU = "
+            "tokenized BLEU of beam search (the paper's), no checkpoint averaging. Ours: mean over "
+            "seeds (min–max, n). Δ vs base: the paper's / ours (noise = the larger of the row's "
+            "and base's ranges over seeds). Verdict: ✓ beyond the noise in the paper's direction "
+            f"(clear when the paper's |ΔPPL| ≥ {PPL_CLEAR:g}, |ΔBLEU| ≥ {BLEU_CLEAR:g}), ✗ beyond "
+            "it the other way or where the paper shows no change, = within it (= ✓ where the "
+            "paper shows no change). p: paired bootstrap of the row's sacreBLEU against base's "
+            "(sacreBLEU, 1000 resamples, seed 0 of each). Params at paper scale: the exact count "
+            "of the row at the paper's widths and a 37000-piece vocabulary.", ""]
+  lines.append(markdown.table(
+      ["row", "PPL paper", "PPL ours", "ΔPPL vs base", "PPL", "BLEU paper", "BLEU ours",
+       "ΔBLEU vs base", "BLEU", "p (BLEU)", "params ×10⁶ paper", "params ×10⁶ at paper scale"],
+      [[r["label"], _num(r["paper_ppl"]), _ours(r, "ppl", 2), _delta(r, base, "ppl"),
+        r["ppl_verdict"], _num(r["paper_bleu"], 1), _ours(r, "bleu", 1), _delta(r, base, "bleu"),
+        r["bleu_verdict"], _num(r["p_value"], 3), r["paper_params_m"],
+        None if r["paper_scale_params"] is None else f"{r['paper_scale_params'] / 1e6:.1f}"]
+       for r in rows]))
+  off = [r for r in rows if r["paper_scale_params"] is not None and r["paper_params_m"] is not None
+         and abs(r["paper_scale_params"] / 1e6 - r["paper_params_m"]) > TOLERANCE_M]
+  if off:
+    lines.append(f"Parameters at paper scale differ from the paper's by more than "
+                 f"{TOLERANCE_M:g}M in: " + ", ".join(
+                     f"{r['label']} ({r['paper_scale_params'] / 1e6:.1f}M vs {r['paper_params_m']}M)"
+                     for r in off) + " (tests/test_model.py: the paper's C d_model=1024 and big "
+                 "rows cannot both hold).")
+  cols = list(HEADERS)
+  lines += ["", "## What each row ran: widths, convergence, cost", "",
+            f"![dev perplexity curves]({os.path.basename(stem)}_curves.png)", "",
+            "Widths at this scale; params = the run's parameter count; last quarter = relative "
+            "change of dev PPL from 3/4 of training to the end (mean over seeds, min–max); "
+            "minutes are wall-clock summed over the row's seeds (training including start-up and "
+            "compilation; evaluation: dev loss and beam search); s/step after the first log "
+            "window.", ""]
+  lines.append(markdown.table(
+      ["row"] + [HEADERS[c] for c in cols] + ["params", "seeds", "last quarter ΔPPL",
+                                              "train min", "eval min", "s/step", "status"],
+      [[r["row"]] + [_hparam(c, r["hparams"].get(c)) for c in cols] + [
+          None if r["params"] is None else f"{r['params']:,}",
+          (",".join(map(str, r["seeds"])) or "none") + f" of {','.join(map(str, r['planned_seeds']))}",
+          "" if not r["last_quarter"]["n"] else
+          f"{r['last_quarter']['mean']:+.1%} ({r['last_quarter']['min']:+.1%}–"
+          f"{r['last_quarter']['max']:+.1%})",
+          _num(r["train_minutes"] or None, 1), _num(r["eval_minutes"] or None, 1),
+          _num(r["step_seconds"], 3), "; ".join([r["status"]] + r["problems"])] for r in rows]))
+  lines += ["", "## Every run", ""]
+  lines.append(markdown.table(
+      ["row", "seed", "steps", "dev loss", "dev PPL", "BLEU tok.", "sacreBLEU", "chrF",
+       "last quarter ΔPPL", "train min", "eval min", "date"],
+      [[r["row"], r["seed"], r["step"], _num(r["dev_loss"], 3), _num(r["dev_ppl"]),
+        _num(r["bleu_tokenized"]), _num(r["bleu"]), _num(r["chrf"]),
+        "" if not r.get("last_quarter") else f"{r['last_quarter']['relative_change']:+.1%}",
+        _num(r["train_minutes"], 1), _num(r["eval_minutes"], 1), r["date"]]
+       for row in rows for r in (results.get(row["row"], {})[s] for s in row["seeds"])]))
+  lines += ["", "## Reading", "", reading.strip() if reading.strip() else
+            f"(Not written yet: `{os.path.relpath(stem, REPO)}_reading.md` appears here.)", ""]
+  return "\n".join(lines)
+
+
+def write_report(sweep, scale_name: str, results_dir: str, planned: dict[str, list[int]],
+                 out: str = "") -> list[str]:
+  """Writes <results_dir>.md, .json, _curves.png and .png (when there is something to plot);
+  returns the paths written."""
+  results = load_results(results_dir)
+  refs = (_read_json(os.path.join(results_dir, "references.json")) or {}).get("references")
+  params = _paper_params(sweep.spec) if "paper" in sweep.scales else {}
+  rows = summarize(sweep, results, planned, refs, load_states(out), params)
+  stem = results_dir.rstrip("/")
+  reading_path = stem + "_reading.md"
+  reading = open(reading_path, encoding="utf-8").read() if os.path.exists(reading_path) else ""
+  with open(stem + ".md", "w", encoding="utf-8") as f:
+    f.write(report_markdown(sweep, scale_name, rows, results, reading, stem))
+  with open(stem + ".json", "w", encoding="utf-8") as f:
+    json.dump({"sweep": sweep.name, "spec": sweep.spec, "scale": scale_name,
+               "scale_description": sweep.scales[scale_name].description,
+               "generated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+               "summary": summary_lines(rows), "rows": rows}, f, indent=1, ensure_ascii=False)
+  paths = [stem + ".md", stem + ".json"]
+  title = f"{sweep.name} at scale '{scale_name}'"
+  curves = {r["label"]: [res["dev_ppl_curve"] for res in results.get(r["row"], {}).values()]
+            for r in rows}
+  if plots.dev_ppl_curves(curves, stem + "_curves.png", f"{title}: dev perplexity while training"):
+    paths.append(stem + "_curves.png")
+  if plots.sweep_vs_paper(rows, stem + ".png", f"{title}: ours vs the paper"):
+    paths.append(stem + ".png")
+  return paths
