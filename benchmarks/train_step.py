@@ -148,8 +148,12 @@ class Stepper:
   """One compiled train step of a named config on a synthetic batch; each call runs one step and
   returns its wall time in seconds."""
 
-  def __init__(self, name: str, rows: int, length: int, overrides: Mapping[str, Any] = ()):
-    self.config, self.description = train_config(name, overrides)
+  def __init__(self, name: str, rows: int, length: int, overrides: Mapping[str, Any] = (),
+               config: ml_collections.ConfigDict | None = None, description: str = ""):
+    """A preset by `name` (+ `overrides`), or a validated `config` given as is."""
+    if config is None:
+      config, description = train_config(name, overrides)
+    self.config, self.description = config, description
     self.name, self.rows, self.length, self.overrides = name, rows, length, dict(overrides)
     self.model_cfg = ModelConfig.from_config(self.config.model)
     mesh = sharding.make_mesh(self.config.mesh)

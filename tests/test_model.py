@@ -136,7 +136,7 @@ def test_attention_rows_sum_to_one_and_masked_keys_get_zero():
   keys = jnp.array([[5, 6, 7, 1, 0, 0, 0], [5, 6, 7, 8, 9, 1, 0]])
   queries = jnp.array([[5, 6, 1, 0, 0], [5, 6, 7, 8, 1]])
   mask = masks.padding_mask(queries, keys)
-  _, w = dot_product_attention(q, k, v, mask)
+  _, w = dot_product_attention(q, k, v, masks.Mask(mask))
   real_q = np.asarray(queries != 0)
   sums = np.asarray(w.sum(-1))  # [B, N, T]
   assert np.allclose(sums[real_q[:, None, :].repeat(3, 1)], 1.0, atol=1e-6)
@@ -147,7 +147,7 @@ def test_attention_rows_sum_to_one_and_masked_keys_get_zero():
 def test_causal_mask_gives_exactly_zero_weight_to_the_future():
   rng = np.random.default_rng(1)
   x = jnp.asarray(rng.normal(size=(1, 6, 2, 4)), jnp.float32)
-  _, w = dot_product_attention(x, x, x, masks.causal_mask(6))
+  _, w = dot_product_attention(x, x, x, masks.Mask(masks.causal_mask(6)))
   assert np.all(np.triu(np.asarray(w)[0, 0], k=1) == 0.0)
   assert np.allclose(np.asarray(w).sum(-1), 1.0, atol=1e-6)
 
@@ -162,6 +162,68 @@ def test_the_two_attention_implementations_agree():
   real = np.asarray(tgt != 0)
   # Two different XLA programs: rounding differs by processor, so the bound is relative.
   np.testing.assert_allclose(np.asarray(a)[real], np.asarray(b)[real], rtol=1e-5, atol=1e-5)
+
+
+_SRC = jnp.array([[3, 4, 5, 6, 1, 0, 0], [7, 8, 1, 0, 0, 0, 0], [3, 5, 7, 9, 11, 13, 1]])
+_TGT = jnp.array([[9, 10, 11, 1, 0, 0], [12, 1, 0, 0, 0, 0], [4, 6, 8, 10, 12, 1]])
+
+
+def test_cudnn_formulation_causal_plus_lengths_equals_the_dense_masks(monkeypatch):
+  """The cuDNN call (is_causal + per-row lengths, no mask array) run through XLA on CPU, in
+  float32 (cuDNN itself takes bf16/fp16 only: the dtype check is lifted for this comparison):
+  encoder self, decoder self and cross attention give the einsum path's logits at every
+  position, padding rows included (both give them zero attention output)."""
+  from transformer_jax import attention  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(attention, "_cudnn_unsupported", lambda q, mask: None)
+  cfg = dataclasses.replace(TINY, d_v=8)
+  params = _init(cfg, _SRC, _TGT)
+  a = np.asarray(_logits(cfg, params, _SRC, _TGT))
+  b = np.asarray(_logits(dataclasses.replace(cfg, attention_impl="cudnn"), params, _SRC, _TGT))
+  np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+  # and the comparison can fail: without the causal flag the decoder sees the future
+  no_causal = lambda m: masks.Mask(m.dense, m.q_lengths, m.kv_lengths, is_causal=False)
+  original = masks.decoder_self_mask
+  monkeypatch.setattr(masks, "decoder_self_mask", lambda *a_: no_causal(original(*a_)))
+  c = np.asarray(_logits(dataclasses.replace(cfg, attention_impl="cudnn"), params, _SRC, _TGT))
+  assert not np.allclose(a[np.asarray(_TGT != 0)], c[np.asarray(_TGT != 0)], rtol=1e-3, atol=1e-3)
+
+
+def test_cudnn_in_bfloat16_takes_the_lengths_path_and_matches_einsum():
+  from transformer_jax import attention  # pylint: disable=g-import-not-at-top
+  cfg = dataclasses.replace(TINY, d_v=8, dtype="bfloat16")
+  params = _init(cfg, _SRC, _TGT)
+  a = np.asarray(_logits(cfg, params, _SRC, _TGT))
+  b = np.asarray(_logits(dataclasses.replace(cfg, attention_impl="cudnn"), params, _SRC, _TGT))
+  assert any("sequence lengths" in line and "implementation='xla'" in line
+             for line in attention.choices())
+  real = np.asarray(_TGT != 0)
+  scale = np.abs(a[real]).max()  # bf16 activations: an error bound relative to the logits' size
+  assert np.abs(a[real] - b[real]).max() <= 0.05 * scale
+
+
+@pytest.mark.parametrize("case,reason", [
+    (dict(dtype="float32"), "dtype float32"),
+    (dict(dtype="bfloat16", d_k=12, d_v=12), "head size 12"),
+    (dict(dtype="bfloat16", packed=True), "packed rows"),
+])
+def test_cudnn_falls_back_with_one_line_saying_why(case, reason):
+  from transformer_jax import attention  # pylint: disable=g-import-not-at-top
+  case = dict(case)
+  packed = case.pop("packed", False)
+  cfg = dataclasses.replace(TINY, **{"d_v": 8, "attention_impl": "cudnn", **case})
+  seg = jnp.array([[1, 1, 2, 2, 2, 0, 0]] * 3)
+  kw = dict(inputs_segmentation=seg, targets_segmentation=seg[:, :6]) if packed else {}
+  params = _init(dataclasses.replace(cfg, attention_impl="einsum"), _SRC, _TGT)
+  _logits(cfg, params, _SRC, _TGT, **kw)
+  # one line (not one per layer) saying why; choices() holds each line once per process
+  lines = [l for l in attention.choices() if reason in l]
+  assert len(lines) == 1 and "cuDNN not used" in lines[0], attention.choices()
+
+
+def test_cudnn_on_a_cpu_backend_is_a_one_line_config_error():
+  from transformer_jax import attention  # pylint: disable=g-import-not-at-top
+  with pytest.raises(ConfigError, match="'model.attention_impl'='cudnn' needs an NVIDIA GPU"):
+    attention.check_backend(dataclasses.replace(TINY, d_v=8, attention_impl="cudnn"))
 
 
 # --- whole-model invariances --------------------------------------------------------------------
@@ -300,6 +362,7 @@ def test_paper_rows_d_model_1024_and_big_are_inconsistent():
     (dict(pe_type="rotary"), "pe_type"),
     (dict(attention_impl="flash"), "attention_impl"),
     (dict(attention_impl="dot_product_attention", d_v=32), "attention_impl"),
+    (dict(attention_impl="cudnn", d_v=32), "attention_impl"),
     (dict(dropout_rate=1.5), "dropout_rate"),
 ])
 def test_bad_model_config_names_the_key(kw, key):

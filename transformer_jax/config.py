@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 import ml_collections
 
 PE_TYPES = ("sinusoidal", "learned")
-ATTENTION_IMPLS = ("einsum", "dot_product_attention")
+ATTENTION_IMPLS = ("einsum", "dot_product_attention", "cudnn")
 REMAT_POLICIES = ("none", "layer")
 DTYPES = ("float32", "bfloat16", "float16")
 VOCAB_TYPES = ("bpe", "unigram")
@@ -63,7 +63,7 @@ def default_config() -> ml_collections.ConfigDict:
   m.max_len = 256                 # longest sequence the positional encoding covers
   m.layer_norm_epsilon = 1e-6
   m.dtype = "float32"             # compute dtype; parameters stay float32
-  m.attention_impl = "einsum"     # 'einsum' (XLA) or 'dot_product_attention' (cuDNN on GPU)
+  m.attention_impl = "einsum"     # 'einsum' | 'dot_product_attention' (XLA's) | 'cudnn' (GPU, bucketed batches)
   m.remat = "none"                # 'layer': recompute each layer's activations in the backward
                                   # pass (less memory, ~1/3 more compute); same results
 
@@ -214,12 +214,12 @@ def _check_model(m: ModelConfig, prefix: str = "model."):
   _choice(prefix, "remat", m.remat, REMAT_POLICIES)
   if m.pe_type == "sinusoidal" and m.d_model % 2:
     raise ConfigError(f"config key '{prefix}d_model' must be even for sinusoidal positions, got {m.d_model}")
-  if m.attention_impl == "dot_product_attention":
+  if m.attention_impl in ("dot_product_attention", "cudnn"):
     if m.d_k != m.d_v:
-      raise ConfigError(f"config key '{prefix}attention_impl'='dot_product_attention' needs d_k == d_v "
+      raise ConfigError(f"config key '{prefix}attention_impl'='{m.attention_impl}' needs d_k == d_v "
                         f"(got {m.d_k} and {m.d_v}); use 'einsum'")
     if m.attention_dropout_rate:
-      raise ConfigError(f"config key '{prefix}attention_impl'='dot_product_attention' has no attention "
+      raise ConfigError(f"config key '{prefix}attention_impl'='{m.attention_impl}' has no attention "
                         "dropout; set attention_dropout_rate=0 or use 'einsum'")
   if not m.layer_norm_epsilon > 0:
     raise ConfigError(f"config key '{prefix}layer_norm_epsilon' must be > 0")

@@ -32,8 +32,8 @@ from typing import Sequence
 import jax
 import ml_collections
 
-from transformer_jax import bleu, checkpoint, markdown, sharding, step as step_lib
-from transformer_jax.config import ConfigError, apply_overrides, parse_overrides, validate
+from transformer_jax import attention, bleu, checkpoint, markdown, sharding, step as step_lib
+from transformer_jax.config import ConfigError, ModelConfig, apply_overrides, parse_overrides, validate
 
 # Config sections an evaluation may override on top of the checkpoint's config.
 EVAL_OVERRIDABLE = ("decode", "data", "mesh")
@@ -139,6 +139,7 @@ def checkpoint_config(workdir: str, override_args: Sequence[str] = (), *, averag
   config = ml_collections.ConfigDict(config.to_dict())
   apply_overrides(config, overrides)
   validate(config)
+  attention.check_backend(ModelConfig.from_config(config.model))
   return params, config, step, overrides
 
 

@@ -129,7 +129,7 @@ class Transformer(nn.Module):
     """
     if self.incremental:
       self_mask = None
-      cross = masks.padding_mask(jnp.ones_like(decoder_inputs_BxT), inputs_BxS)
+      cross = masks.Mask(masks.padding_mask(jnp.ones_like(decoder_inputs_BxT), inputs_BxS))
     else:
       if targets_BxT is None:
         targets_BxT = decoder_inputs_BxT
