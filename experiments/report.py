@@ -29,7 +29,7 @@ import statistics
 
 from experiments import plots, sweeps
 from transformer_jax import markdown
-from transformer_jax.config import REPO, ConfigError
+from transformer_jax.config import REPO, ConfigError, schema_default
 
 PPL_CLEAR = 0.2    # |ΔPPL| of the paper at or above which a row's direction is clear
 BLEU_CLEAR = 0.3   # the same for ΔBLEU
@@ -51,6 +51,17 @@ def _read_json(path):
 
 # ----------------------------------------------------------------------------- result files
 
+def _added_later_at_default(key: str, ours: dict, theirs: dict) -> bool:
+  """A config key the code gained after `theirs` was written, set to its default (which is how
+  the code behaved before it existed): not a difference."""
+  if key in theirs or key not in ours:
+    return False
+  try:
+    return schema_default(key) == ours[key]
+  except ConfigError:
+    return False
+
+
 def protocol_difference(ours: dict, theirs: dict) -> str:
   """The first field in which two protocols differ ('field: theirs there, ours now'); '' if none."""
   for key in ours:
@@ -59,7 +70,7 @@ def protocol_difference(ours: dict, theirs: dict) -> str:
     a, b = ours.get(key), (theirs or {}).get(key)
     if isinstance(a, dict) and isinstance(b, dict):
       for sub in sorted(set(a) | set(b)):
-        if a.get(sub) != b.get(sub):
+        if a.get(sub) != b.get(sub) and not _added_later_at_default(sub, a, b):
           return f"{key}.{sub}: {b.get(sub)!r} there, {a.get(sub)!r} now"
     elif a != b:
       return f"{key}: {b!r} there, {a!r} now"
