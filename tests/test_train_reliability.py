@@ -327,3 +327,17 @@ def test_mfu_divides_by_the_peak_of_every_device(tmp_path):
   assert train
   for r in train:
     assert r["mfu"] == pytest.approx(r["model_flops_per_second"] / (1e9 * 8), rel=1e-6)
+
+
+def test_profile_window_writes_a_trace_of_the_asked_steps(tmp_path, vocab_dir):
+  run = _workdir(tmp_path, vocab_dir, "profiled")
+  p = _run(run, "--config.train.num_steps=6", "--config.train.profile_steps=2",
+           "--config.train.profile_after_steps=2")
+  assert p.returncode == 0, p.stderr[-3000:]
+  assert f"profile of steps 3-4 written to {run}/profile" in p.stdout + p.stderr
+  traces = [os.path.join(r, f) for r, _, files in os.walk(os.path.join(run, "profile"))
+            for f in files if f.endswith(".xplane.pb")]
+  assert len(traces) == 1 and os.path.getsize(traces[0]) > 0
+  quiet = _workdir(tmp_path, vocab_dir, "unprofiled")  # off by default: nothing written
+  assert _run(quiet, "--config.train.num_steps=2").returncode == 0
+  assert not os.path.exists(os.path.join(quiet, "profile"))

@@ -115,6 +115,8 @@ def default_config() -> ml_collections.ConfigDict:
   t.divergence_warn_factor = 4.0  # warn (once) when a step's loss exceeds this multiple of the
                                   # lowest loss so far; 0: off. Non-finite losses always stop.
   t.peak_flops = 0.0              # device peak FLOP/s for MFU; 0: measure with a jnp.dot
+  t.profile_steps = 0             # trace this many train steps into WORKDIR/profile (0: off)
+  t.profile_after_steps = 10      # ... starting this many steps after the run (re)starts
   t.progress_bar = True
   t.dropout_rng_impl = "threefry2x32"  # dropout PRNG; threefry gives the same masks on any
                                   # mesh; 'rbg' bits depend on the sharding, and on the CPU it is
@@ -269,6 +271,8 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     raise ConfigError("config key 'train.adam_eps' must be > 0")
   if t.learning_rate_scale <= 0:
     raise ConfigError(f"config key 'train.learning_rate_scale' must be > 0, got {t.learning_rate_scale}")
+  _positive("train.", "profile_steps", t.profile_steps, allow_zero=True)
+  _positive("train.", "profile_after_steps", t.profile_after_steps, allow_zero=True)
   for name in ("grad_clip_norm", "max_train_minutes", "peak_flops", "checkpoint_every_minutes",
                "weight_decay"):
     if t[name] < 0:

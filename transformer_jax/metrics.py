@@ -190,3 +190,33 @@ def measure_peak_flops(dtype=jnp.float32, n: int = 2048, repeats: int = 5) -> fl
     f(a).block_until_ready()
     best = min(best, time.perf_counter() - t)
   return 2.0 * n**3 / best
+
+
+class ProfileWindow:
+  """A JAX profiler trace of `steps` train steps, starting `after` steps into this process's run
+  (so compilation and warm-up stay out), written to WORKDIR/profile/ (TensorBoard's profile
+  plugin or xprof open it). Every process traces its own host."""
+
+  def __init__(self, workdir: str, first_step: int, after: int, steps: int, write=print):
+    self.directory = os.path.join(workdir, "profile")
+    self.start, self.stop = first_step + after, first_step + after + steps
+    self.enabled, self.active, self.write = steps > 0, False, write
+
+  def before_step(self, step: int) -> None:
+    """Call before running step `step` + 1 (i.e. with the number of steps done)."""
+    if self.enabled and not self.active and step == self.start:
+      jax.profiler.start_trace(self.directory)
+      self.active = True
+
+  def after_step(self, step: int, outputs) -> None:
+    """Call after step `step` (steps done); `outputs` are waited for before the trace stops."""
+    if self.active and step >= self.stop:
+      self.close(outputs)
+
+  def close(self, outputs=None) -> None:
+    if self.active:
+      jax.block_until_ready(outputs)
+      jax.profiler.stop_trace()
+      self.active = False
+      self.write(f"profile of steps {self.start + 1}-{self.stop} written to {self.directory}")
+

@@ -37,7 +37,8 @@ from absl import logging
 from transformer_jax import attention, checkpoint, distributed, evaluate as evaluate_lib, sharding
 from transformer_jax import step as step_lib, workdir as workdir_lib
 from transformer_jax.config import ConfigError, ModelConfig, validate
-from transformer_jax.metrics import MetricsWriter, Progress, measure_peak_flops, mfu, train_flops
+from transformer_jax.metrics import (MetricsWriter, ProfileWindow, Progress, measure_peak_flops,
+                                     mfu, train_flops)
 
 
 # What training logs of the dev evaluation (metrics.jsonl / TensorBoard name, report key).
@@ -172,6 +173,8 @@ def _train(config, workdir, saver, mesh) -> dict:
   bar = Progress(t_cfg.progress_bar and jax.process_index() == 0, t_cfg.num_steps, start_step,
                  (budget - spent) / 60.0 if budget else 0.0)
   window = _Window(t_cfg.divergence_warn_factor, bar.write)
+  profile = ProfileWindow(workdir, start_step, t_cfg.profile_after_steps, t_cfg.profile_steps,
+                          bar.write)
   step_num, pending = start_step, None  # pending: a step's metrics, read one step late
   last_ckpt_time = run_start = time.time()
   dev_metrics, hypotheses = {}, []
@@ -182,8 +185,10 @@ def _train(config, workdir, saver, mesh) -> dict:
       window.add(pending, step_num)
       pending = None
 
-  with _Preemption() as preemption, contextlib.closing(writer), contextlib.closing(bar):
+  with (_Preemption() as preemption, contextlib.closing(writer), contextlib.closing(bar),
+        contextlib.closing(profile)):
     while step_num < t_cfg.num_steps:
+      profile.before_step(step_num)
       for _ in range(t_cfg.grad_accum_steps):
         batch = {k: v for k, v in next(train_iter).items() if k in step_lib.BATCH_KEYS}
         b, s = batch["inputs"].shape
@@ -194,6 +199,7 @@ def _train(config, workdir, saver, mesh) -> dict:
         pending = metrics
       step_num += 1
       window.steps += 1
+      profile.after_step(step_num, state.step)
       saver.poll()  # a failed background save stops the run now, not at the next save
       last = step_num == t_cfg.num_steps
       sigterm, out_of_time, due_minutes = distributed.agree(
@@ -226,6 +232,7 @@ def _train(config, workdir, saver, mesh) -> dict:
       if out_of_time:
         bar.write(f"train.max_train_minutes reached: saved a checkpoint at step {step_num}")
         break
+    profile.close(state.step)  # a run that ended inside the window
     saver.finish()
   if hypotheses:
     _print_examples(bar, dev_set, hypotheses)
