@@ -361,3 +361,19 @@ def test_batch_entries_are_independent():
     for j in range(3):
       assert trim(seqs_1xKxL[0, j]) == trim(seqs_BxKxL[b, j])
     np.testing.assert_allclose(scores_1xK[0], scores_BxK[b], **SCORE_TOL)
+
+
+def test_a_scan_layers_model_decodes_as_its_unrolled_twin():
+  """Decoding a model.scan_layers model unstacks its layers (model.unstack_layers): the same
+  beams and scores as the unrolled model with the same weights."""
+  from transformer_jax.model import stack_layers  # pylint: disable=g-import-not-at-top
+  cfg = tiny_config(num_encoder_layers=2, num_decoder_layers=3)
+  params = init_params(cfg, seed=3, scale=2.0)
+  scanned_cfg = cfg.replace(scan_layers=True)
+  scanned = stack_layers(scanned_cfg, params)
+  assert "layer_0" not in scanned["decoder"] and "layers" in scanned["decoder"]
+  batch_BxS = jnp.asarray([[5, 6, 7, 8, EOS], [11, EOS, 0, 0, 0]], jnp.int32)
+  a = decode.jitted_beam_decode(cfg, 3, 0.6, 6)(params, batch_BxS)
+  b = decode.jitted_beam_decode(scanned_cfg, 3, 0.6, 6)(scanned, batch_BxS)
+  np.testing.assert_array_equal(a.seqs_BxKxL, b.seqs_BxKxL)
+  np.testing.assert_allclose(a.scores_BxK, b.scores_BxK, **SCORE_TOL)

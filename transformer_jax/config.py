@@ -66,6 +66,8 @@ def default_config() -> ml_collections.ConfigDict:
   m.attention_impl = "einsum"     # 'einsum' | 'dot_product_attention' (XLA's) | 'cudnn' (GPU, bucketed batches)
   m.remat = "none"                # 'layer': recompute each layer's activations in the backward
                                   # pass (less memory, ~1/3 more compute); same results
+  m.scan_layers = False           # nn.scan over each stack: one layer compiled instead of N
+                                  # (parameters stacked on a 'layers' axis; same results)
 
   c.data = ml_collections.ConfigDict()
   d = c.data
@@ -161,6 +163,7 @@ class ModelConfig:
   dtype: str = "float32"
   attention_impl: str = "einsum"
   remat: str = "none"
+  scan_layers: bool = False
 
   def __post_init__(self):
     _check_model(self)

@@ -22,7 +22,7 @@ import numpy as np
 
 from transformer_jax import beam_search
 from transformer_jax.config import ModelConfig
-from transformer_jax.model import Transformer
+from transformer_jax.model import Transformer, unstack_layers
 from transformer_jax.special_ids import EOS_ID, PAD_ID
 
 
@@ -72,7 +72,9 @@ def encode(model_cfg: ModelConfig, params, inputs_BxS):
 def beam_decode(model_cfg: ModelConfig, params, inputs_BxS, *, beam_size: int = 4,
                 alpha: float = 0.6, max_extra_len: int = 50,
                 stop_early: bool = True) -> beam_search.BeamResult:
-  """Pure (jit-able) beam search: BeamResult(seqs [B, K, L], scores [B, K], steps), best first."""
+  """Pure (jit-able) beam search: BeamResult(seqs [B, K, L], scores [B, K], steps), best first.
+  A scan_layers model decodes as its unrolled equivalent (one cache layout for beam search)."""
+  model_cfg, params = unstack_layers(model_cfg, params)
   max_len = buffer_length(model_cfg, inputs_BxS.shape[1], max_extra_len)
   encoded_BxSxD = encode(model_cfg, params, inputs_BxS)
   cache = init_cache(model_cfg, params, encoded_BxSxD, inputs_BxS, max_len)

@@ -10,7 +10,10 @@ and beam_search.py).
 
 from __future__ import annotations
 
+from typing import Any
+
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 
 from transformer_jax import masks
@@ -29,12 +32,71 @@ def shift_right(targets_BxT: jnp.ndarray, segments_BxT: jnp.ndarray | None = Non
   return shifted_BxT
 
 
-def _layer_class(cls, cfg: ModelConfig, deterministic_argnum: int, incremental: bool = False):
-  """The layer module, wrapped in nn.remat when `model.remat='layer'` (training and scoring only:
-  incremental decoding keeps no activations for a backward pass)."""
-  if cfg.remat == "layer" and not incremental:
-    return nn.remat(cls, static_argnums=(deterministic_argnum,))  # argnum 0 is the module
-  return cls
+class _Scanned(nn.Module):
+  """One layer as a scan body: the carry is the activations, everything else is broadcast."""
+
+  layer: Any
+  config: ModelConfig
+  kwargs: dict
+
+  @nn.compact
+  def __call__(self, x, *args):
+    return self.layer(self.config, **self.kwargs, name="layer")(x, *args), None
+
+
+def _stack(cls, cfg: ModelConfig, num_layers: int, deterministic_argnum: int,
+           decoding: bool = False, **kwargs):
+  """The N layers of a stack as one callable `(x, *args) -> x`.
+
+  `model.remat='layer'`: each layer in nn.remat (training and scoring only: incremental decoding
+  keeps no activations for a backward pass). `model.scan_layers`: one nn.scan over a layer
+  whose parameters (and decode cache) are stacked along a leading 'layers' axis, so XLA
+  compiles one layer instead of N; unrolled, the layers are separate modules `layer_{i}`.
+  The two store parameters differently, so a checkpoint belongs to one of them.
+  """
+  layer = cls
+  if cfg.remat == "layer" and not decoding:
+    layer = nn.remat(cls, static_argnums=(deterministic_argnum,))  # argnum 0 is the module
+  if not cfg.scan_layers:
+    layers = [layer(cfg, **kwargs, name=f"layer_{i}") for i in range(num_layers)]
+
+    def unrolled(x, *args):
+      for l in layers:
+        x = l(x, *args)
+      return x
+    return unrolled
+  scanned = nn.scan(_Scanned, variable_axes={"params": 0, "cache": 0, "intermediates": 0},
+                    split_rngs={"params": True, "dropout": True}, in_axes=nn.broadcast,
+                    length=num_layers, metadata_params={nn.PARTITION_NAME: "layers"})
+  stack = scanned(layer, cfg, kwargs, name="layers")
+  return lambda x, *args: stack(x, *args)[0]
+
+
+def unstack_layers(model_cfg: ModelConfig, params) -> tuple[ModelConfig, Any]:
+  """A `scan_layers` model's (config, parameters) as the unrolled model's: the stacked 'layers'
+  of each stack become `layer_0..layer_{N-1}` (the identity for an unrolled model). Decoding
+  uses it, so its cache and beam reordering keep one layout."""
+  if not model_cfg.scan_layers:
+    return model_cfg, params
+  out = dict(params)
+  for stack, n in (("encoder", model_cfg.num_encoder_layers), ("decoder", model_cfg.num_decoder_layers)):
+    tree = dict(params[stack])
+    stacked = tree.pop("layers")["layer"]
+    tree.update({f"layer_{i}": jax.tree.map(lambda x, i=i: x[i], stacked) for i in range(n)})
+    out[stack] = tree
+  return model_cfg.replace(scan_layers=False), out
+
+
+def stack_layers(model_cfg: ModelConfig, params) -> Any:
+  """The inverse of unstack_layers: an unrolled model's parameters for `model_cfg` with
+  scan_layers=True (e.g. to continue an unrolled run's weights in a scanned model)."""
+  out = dict(params)
+  for stack, n in (("encoder", model_cfg.num_encoder_layers), ("decoder", model_cfg.num_decoder_layers)):
+    tree = {k: v for k, v in params[stack].items() if not k.startswith("layer_")}
+    tree["layers"] = {"layer": jax.tree.map(lambda *xs: jnp.stack(xs),
+                                            *[params[stack][f"layer_{i}"] for i in range(n)])}
+    out[stack] = tree
+  return out
 
 
 def _positions(tokens_BxL, positions_BxL):
@@ -57,9 +119,7 @@ class Encoder(nn.Module):
     x_BxSxD = nn.Dropout(cfg.dropout_rate)(x_BxSxD, deterministic=deterministic)
     x_BxSxD = nn.with_logical_constraint(x_BxSxD, ("batch", "length", "embed"))
     mask = masks.encoder_self_mask(inputs_BxS, segments_BxS)
-    for i in range(cfg.num_encoder_layers):
-      layer = _layer_class(EncoderLayer, cfg, 3)(cfg, name=f"layer_{i}")
-      x_BxSxD = layer(x_BxSxD, mask, deterministic)
+    x_BxSxD = _stack(EncoderLayer, cfg, cfg.num_encoder_layers, 3)(x_BxSxD, mask, deterministic)
     if cfg.pre_ln:
       x_BxSxD = layer_norm(cfg, "final_norm")(x_BxSxD)
     return x_BxSxD
@@ -83,10 +143,9 @@ class Decoder(nn.Module):
         _positions(decoder_inputs_BxT, positions_BxT))
     y_BxTxD = nn.Dropout(cfg.dropout_rate)(y_BxTxD, deterministic=deterministic)
     y_BxTxD = nn.with_logical_constraint(y_BxTxD, ("batch", "length", "embed"))
-    for i in range(cfg.num_decoder_layers):
-      layer = _layer_class(DecoderLayer, cfg, 5, self.incremental)(
-          cfg, incremental=self.incremental, max_decode_len=self.max_decode_len, name=f"layer_{i}")
-      y_BxTxD = layer(y_BxTxD, encoded_BxSxD, self_mask, cross_mask, deterministic)
+    y_BxTxD = _stack(DecoderLayer, cfg, cfg.num_decoder_layers, 5, self.incremental,
+                     incremental=self.incremental, max_decode_len=self.max_decode_len)(
+                         y_BxTxD, encoded_BxSxD, self_mask, cross_mask, deterministic)
     if cfg.pre_ln:
       y_BxTxD = layer_norm(cfg, "final_norm")(y_BxTxD)
     projection = self.output_embedding or self.embedding

@@ -58,6 +58,7 @@ LOGICAL_RULES = (
     ("kv", None),
     ("length", None),
     ("pos", None),
+    ("layers", None),  # the stacked axis of model.scan_layers: every device holds every layer
 )
 
 # For decoding: parameters sharded only along 'tensor' (replicated over data and fsdp), so a
