@@ -8,7 +8,8 @@
 #
 #   CONFIG   a config file, relative to the repository (e.g. configs/tpu.py or configs/tpu.py:big)
 #   WORKDIR  the run folder as the workers see it; it must be shared by all workers (an NFS
-#            share such as Filestore, see --nfs), since Orbax checkpoints are written jointly.
+#            share such as Filestore, see --nfs), since Orbax checkpoints are written jointly,
+#            or a bucket URL gs://BUCKET/PATH (the workers then also install gcsfs).
 #
 # Options:
 #   --dry-run          print every command (one per line, starting with '+') and run none
@@ -141,7 +142,11 @@ run gcloud compute tpus tpu-vm scp "$TARBALL" "$NAME:transformer_jax.tar.gz" "${
 SETUP="set -e; rm -rf ~/transformer_jax && mkdir -p ~/transformer_jax"
 SETUP+=" && tar -xzf ~/transformer_jax.tar.gz -C ~/transformer_jax"
 SETUP+=" && python3 -m pip install -q -U pip"
-SETUP+=" && python3 -m pip install -q -e ~/transformer_jax 'jax[tpu]'"
+PACKAGES="'jax[tpu]'"
+if [[ "$WORKDIR" == gs://* ]]; then
+  PACKAGES+=" gcsfs"  # the workdir's own files (lock, metrics, vocabulary) go through fsspec
+fi
+SETUP+=" && python3 -m pip install -q -e ~/transformer_jax $PACKAGES"
 if [[ -n "$NFS" ]]; then
   SETUP+=" && (mountpoint -q /mnt/shared || (sudo apt-get -qq update && sudo apt-get -qq install -y nfs-common"
   SETUP+=" && sudo mkdir -p /mnt/shared && sudo mount -t nfs -o rw,hard $NFS /mnt/shared))"

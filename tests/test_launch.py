@@ -83,6 +83,22 @@ def test_tpu_vm_reuse_and_keep(stub_env):
   assert not calls.exists()
 
 
+def test_a_bucket_workdir_stays_a_url_and_brings_its_package(stub_env):
+  env, calls = stub_env
+  tpu = _run(TPU, ["--dry-run", "configs/tpu.py", "gs://my-bucket/runs/base"], env)
+  assert tpu.returncode == 0, tpu.stderr
+  _, _, _, setup, train, _ = _commands(tpu.stdout)
+  assert "pip install -q -e ~/transformer_jax 'jax[tpu]' gcsfs" in setup.replace("'\\''", "'")
+  assert "--workdir=gs://my-bucket/runs/base" in train
+  slurm = _run(SLURM, ["--dry-run", "configs/gpu.py", "gs://my-bucket/runs/base"],
+               dict(env, HOME="/home/tester"))
+  assert slurm.returncode == 0, slurm.stderr
+  (srun,) = _commands(slurm.stdout)  # no 'mkdir -p gs://...'
+  assert "TRANSFORMER_JAX_CACHE_DIR=/home/tester/.cache/transformer_jax" in srun
+  assert "--workdir=gs://my-bucket/runs/base" in srun
+  assert not calls.exists()
+
+
 @pytest.mark.parametrize("args,message", [
     (["--dry-run", "configs/tpu.py"], "expected CONFIG and WORKDIR"),
     (["--dry-run", "--bogus", "configs/tpu.py", "/w"], "unknown option --bogus"),

@@ -20,12 +20,12 @@ import jax.numpy as jnp
 import ml_collections
 import orbax.checkpoint as ocp
 
-from transformer_jax import checkpoint, sharding, step as step_lib, workdir as workdir_lib
+from transformer_jax import checkpoint, files, sharding, step as step_lib, workdir as workdir_lib
 from transformer_jax.checkpoint import CheckpointError
 
 
 def averaged_dir(workdir: str, k: int) -> str:
-  return os.path.join(os.path.abspath(workdir), "averaged", f"last{k}")
+  return files.join(files.resolve(workdir), "averaged", f"last{k}")
 
 
 def average_workdir(workdir: str, k: int, step: int | None = None) -> str:
@@ -34,7 +34,7 @@ def average_workdir(workdir: str, k: int, step: int | None = None) -> str:
   if k < 1:
     raise CheckpointError(f"cannot average {k} checkpoints; ask for at least 1")
   source = checkpoint.checkpoint_dir(workdir)
-  if not os.path.isdir(source):
+  if not files.isdir(source):
     raise CheckpointError(f"no checkpoints in {source}: the folder does not exist")
   reader = checkpoint.make_manager(source, read_only=True, with_data=False)
   steps = sorted(reader.all_steps())
@@ -48,7 +48,7 @@ def average_workdir(workdir: str, k: int, step: int | None = None) -> str:
                           f"{len(steps)} ({', '.join(map(str, steps)) or 'none'}); nothing written")
   chosen = steps[-k:]
   out_dir = averaged_dir(workdir, k)
-  if os.path.isdir(out_dir) and chosen[-1] in checkpoint.make_manager(
+  if files.isdir(out_dir) and chosen[-1] in checkpoint.make_manager(
       out_dir, read_only=True, with_data=False).all_steps():
     return out_dir
   with workdir_lib.claim(workdir, f"averaging the last {k} checkpoints"):

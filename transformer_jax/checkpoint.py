@@ -25,7 +25,6 @@ import json
 import logging as std_logging
 import os
 import re
-import shutil
 import sys
 import time
 import warnings
@@ -36,6 +35,7 @@ import ml_collections
 import orbax.checkpoint as ocp
 from absl import logging
 
+from transformer_jax import files
 from transformer_jax.config import ConfigError
 
 
@@ -51,7 +51,7 @@ class SaveError(CheckpointError):
 
 
 def checkpoint_dir(workdir: str) -> str:
-  return os.path.join(os.path.abspath(workdir), "checkpoints")
+  return files.join(files.resolve(workdir), "checkpoints")
 
 
 def make_manager(directory: str, *, keep: int | None = None, async_save: bool = True,
@@ -94,7 +94,7 @@ def _reason(error: BaseException) -> str:
 
 def _steps_on_disk(directory: str) -> list[int]:
   try:
-    return sorted(int(n) for n in os.listdir(directory) if n.isdigit())
+    return sorted(int(n) for n in files.listdir(directory) if n.isdigit())
   except OSError:
     return []
 
@@ -189,9 +189,9 @@ class Saver:
     warnings.filterwarnings("ignore", "coroutine .* was never awaited", RuntimeWarning)
     directory = str(self.manager.directory)
     if jax.process_index() == 0:
-      for name in os.listdir(directory) if os.path.isdir(directory) else []:
+      for name in files.listdir(directory) if files.isdir(directory) else []:
         if TMP_MARKER in name:
-          shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+          files.rmtree(files.join(directory, name))
     from transformer_jax.workdir import free_space  # pylint: disable=g-import-not-at-top
     raise SaveError(f"saving the checkpoint of step {step} to {directory} failed ({_reason(error)}; "
                     f"{free_space(directory)}); {kept_note(directory)}; stopping") from None
@@ -251,7 +251,7 @@ def restore_latest(manager: ocp.CheckpointManager, abstract_state, data_iterator
     if data_iterator is not None:
       import grain  # pylint: disable=g-import-not-at-top
       args["data"] = grain.checkpoint.CheckpointRestore(data_iterator)
-    if os.path.isdir(os.path.join(str(manager.directory), str(step), "progress")):
+    if files.isdir(files.join(str(manager.directory), str(step), "progress")):
       args["progress"] = ocp.args.JsonRestore()
     try:
       restored = manager.restore(step, args=ocp.args.Composite(**args))
@@ -270,8 +270,8 @@ def _quarantine(manager: ocp.CheckpointManager, step: int, error: Exception) -> 
                   "previous one", step, type(error).__name__, first_line, dst)
   print(f"warning: checkpoint at step {step} is unreadable ({_reason(error)}); "
         f"moved aside to {dst}; resuming from the previous one", flush=True)
-  if jax.process_index() == 0 and os.path.isdir(src):
-    os.rename(src, dst)
+  if jax.process_index() == 0 and files.isdir(src):
+    files.rename(src, dst)
   from transformer_jax import distributed  # pylint: disable=g-import-not-at-top
   distributed.barrier(f"quarantine_{step}")  # every process sees the rename before reloading
   manager.reload()
@@ -279,7 +279,7 @@ def _quarantine(manager: ocp.CheckpointManager, step: int, error: Exception) -> 
 
 def saved_config(directory: str, step: int | None = None) -> tuple[ml_collections.ConfigDict, int]:
   """The run config stored with a checkpoint (the newest when step is None), and its step."""
-  if not os.path.isdir(directory):
+  if not files.isdir(directory):
     raise CheckpointError(f"no checkpoints in {directory}: the folder does not exist")
   manager = make_manager(directory, read_only=True, with_data=False)
   steps = manager.all_steps()
@@ -328,8 +328,5 @@ def load_params(directory: str, step: int | None = None, mesh=None) -> tuple[Any
 
 def write_config_json(workdir: str, config: ml_collections.ConfigDict) -> None:
   """WORKDIR/config.json: the config of the run, for people and tools (atomic write)."""
-  path = os.path.join(workdir, "config.json")
-  tmp = path + ".tmp"
-  with open(tmp, "w") as f:
-    json.dump(config.to_dict(), f, indent=2, sort_keys=True)
-  os.replace(tmp, path)
+  files.write_text(files.join(workdir, "config.json"),
+                   json.dumps(config.to_dict(), indent=2, sort_keys=True))

@@ -32,7 +32,7 @@ from typing import Sequence
 import jax
 import ml_collections
 
-from transformer_jax import attention, bleu, checkpoint, markdown, sharding, step as step_lib
+from transformer_jax import attention, bleu, files as files_lib, checkpoint, markdown, sharding, step as step_lib
 from transformer_jax.config import ConfigError, ModelConfig, apply_overrides, parse_overrides, validate
 
 # Config sections an evaluation may override on top of the checkpoint's config.
@@ -158,7 +158,7 @@ def evaluate_workdir(workdir: str, *, splits: Sequence[str] = ("test",),
   requested = [dict(split=s) for s in splits] + [dict(files=tuple(f)) for f in files]
   sets = [load_eval_set(config, tok, batch_multiple=rows, **r) for r in requested]  # errors first
   suffix = f"_step{step}" + (f"_avg{average}" if average else "") + _settings_tag(overrides)
-  out_dir = os.path.join(workdir, "eval")
+  out_dir = files_lib.join(files_lib.resolve(workdir), "eval")
   reports = []
   for eval_set in sets:
     report, hypotheses = Evaluator(config, tok, mesh, eval_set)(
@@ -171,12 +171,10 @@ def evaluate_workdir(workdir: str, *, splits: Sequence[str] = ("test",),
       report["compare"] = {"baseline": compare, **bleu.paired_bootstrap(
           baseline, hypotheses, eval_set.references[:len(hypotheses)])}
     if jax.process_index() == 0:
-      _write_set(os.path.join(out_dir, eval_set.name + suffix), report, eval_set, hypotheses)
+      _write_set(files_lib.join(out_dir, eval_set.name + suffix), report, eval_set, hypotheses)
     reports.append(report)
   if len(reports) > 1 and jax.process_index() == 0:
-    path = os.path.join(out_dir, f"summary{suffix}.md")
-    with open(path, "w", encoding="utf-8") as f:
-      f.write(summary_table(reports))
+    files_lib.write_text(files_lib.join(out_dir, f"summary{suffix}.md"), summary_table(reports))
     print(summary_table(reports), end="", flush=True)
   return reports
 
@@ -190,15 +188,12 @@ def _settings_tag(overrides: dict) -> str:
 
 
 def _write_set(stem: str, report: dict, eval_set: EvalSet, hypotheses: list[str]) -> None:
-  os.makedirs(os.path.dirname(stem), exist_ok=True)
-  with open(stem + ".txt", "w", encoding="utf-8") as f:
-    f.writelines(h + "\n" for h in hypotheses)
-  with open(stem + ".jsonl", "w", encoding="utf-8") as f:
-    for i, (s, r, h) in enumerate(zip(eval_set.sources, eval_set.references, hypotheses)):
-      f.write(json.dumps({"index": i, "source": s, "reference": r, "hypothesis": h},
-                         ensure_ascii=False) + "\n")
-  with open(stem + ".json", "w") as f:
-    json.dump(report, f, indent=2)
+  files_lib.makedirs(os.path.dirname(stem))
+  files_lib.write_text(stem + ".txt", "".join(h + "\n" for h in hypotheses))
+  files_lib.write_text(stem + ".jsonl", "".join(
+      json.dumps({"index": i, "source": s, "reference": r, "hypothesis": h}, ensure_ascii=False)
+      + "\n" for i, (s, r, h) in enumerate(zip(eval_set.sources, eval_set.references, hypotheses))))
+  files_lib.write_text(stem + ".json", json.dumps(report, indent=2))
   line = (f"{eval_set.name} step {report['step']}: perplexity {report['perplexity']:.2f}")
   if "sacrebleu" in report:
     line += (f", sacreBLEU {report['sacrebleu']:.2f} ({report['sacrebleu_signature']}), chrF "

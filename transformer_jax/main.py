@@ -49,12 +49,13 @@ _PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index in 
 
 
 def main(argv):
-  from transformer_jax import config as config_lib, distributed  # pylint: disable=g-import-not-at-top
+  from transformer_jax import config as config_lib, distributed, files as files_lib  # pylint: disable=g-import-not-at-top
   if len(argv) > 1:
     raise config_lib.ConfigError(f"unexpected arguments: {' '.join(argv[1:])}")
   if _WORKDIR.value is None:
     raise config_lib.ConfigError("--workdir is required")
-  mode, workdir, overrides = _MODE.value, _WORKDIR.value, errors.OVERRIDE_ARGS
+  mode, overrides = _MODE.value, errors.OVERRIDE_ARGS
+  workdir = files_lib.resolve(_WORKDIR.value)  # gs:// stays a URL; its package is checked now
   if mode != "train" and _CONFIG.value:
     raise config_lib.ConfigError(f"--config is for --mode=train; --mode={mode} uses the "
                                  "checkpoint's config (override decode settings with --config.decode.*)")

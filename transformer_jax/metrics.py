@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from transformer_jax import files
 from transformer_jax.config import ModelConfig
 
 
@@ -36,7 +37,7 @@ class MetricsWriter:
     self._workdir, self._resume_step = workdir, resume_step
     self._tb = self._jsonl = self._tb_error = self._previous_hook = None
     if self.enabled:
-      truncate_jsonl(os.path.join(workdir, "metrics.jsonl"), resume_step)
+      truncate_jsonl(files.join(workdir, "metrics.jsonl"), resume_step)
 
   def _thread_error(self, args) -> None:
     tb, in_tensorboard = args.exc_traceback, False
@@ -53,12 +54,14 @@ class MetricsWriter:
       return
     if self._tb_error is not None:
       e = self._tb_error
-      raise OSError(e.errno, e.strerror, os.path.join(self._workdir, "tb"))
+      raise OSError(e.errno, e.strerror, files.join(self._workdir, "tb"))
     if self._tb is None:
       from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+      if files.is_remote(self._workdir):
+        _register_store_writers()
       self._previous_hook, threading.excepthook = threading.excepthook, self._thread_error
-      self._tb = SummaryWriter(os.path.join(self._workdir, "tb"), purge_step=self._resume_step + 1)
-      self._jsonl = open(os.path.join(self._workdir, "metrics.jsonl"), "a", buffering=1)
+      self._tb = SummaryWriter(files.join(self._workdir, "tb"), purge_step=self._resume_step + 1)
+      self._jsonl = _JsonLines(files.join(self._workdir, "metrics.jsonl"))
     clean = {k: float(v) for k, v in scalars.items() if v is not None and np.ndim(v) == 0}
     for key, value in clean.items():
       self._tb.add_scalar(f"{prefix}/{key}", value, step)
@@ -78,10 +81,9 @@ class MetricsWriter:
 def truncate_jsonl(path: str, last_step: int) -> None:
   """Keeps the lines of a metrics.jsonl whose step is <= last_step (rewritten atomically only
   when something is dropped; removed when nothing is left)."""
-  if not os.path.exists(path):
+  if not files.exists(path):
     return
-  with open(path) as f:
-    lines = f.readlines()
+  lines = files.read_text(path).splitlines(keepends=True)
   kept = []
   for line in lines:
     try:
@@ -93,12 +95,60 @@ def truncate_jsonl(path: str, last_step: int) -> None:
   if len(kept) == len(lines) and all(a == b for a, b in zip(kept, lines)):
     return
   if not kept:
-    os.remove(path)
+    files.remove(path)
     return
-  tmp = path + ".tmp"
-  with open(tmp, "w") as f:
-    f.writelines(kept)
-  os.replace(tmp, path)
+  files.write_text(path, "".join(kept))
+
+
+class _JsonLines:
+  """metrics.jsonl: a line-buffered append locally; in an object store each line rewrites the
+  object (files.append_lines), so the file is always whole and current."""
+
+  def __init__(self, path: str):
+    self.path = path
+    self._file = None if files.is_remote(path) else open(path, "a", buffering=1)
+
+  def write(self, line: str) -> None:
+    if self._file is None:
+      files.append_lines(self.path, [line])
+    else:
+      self._file.write(line)
+
+  def close(self) -> None:
+    if self._file is not None:
+      self._file.close()
+
+
+class _StoreEventFile:
+  """A TensorBoard event file in an object store, for tensorboardX: buffered, and written whole
+  at each flush through files.py (stores have no append; tensorboardX's own gs:// writer does
+  the same through google-cloud-storage, this one through fsspec like the rest of the run)."""
+
+  def __init__(self, path: str):
+    self.path, self.data = path, bytearray()
+
+  def write(self, data: bytes) -> None:
+    self.data += data
+
+  def flush(self) -> None:
+    files.write_bytes(self.path, bytes(self.data))
+
+  def close(self) -> None:
+    self.flush()
+
+
+class _StoreEventFiles:
+  def open(self, path):
+    return _StoreEventFile(path)
+
+  def directory_check(self, path):
+    pass  # objects need no folders
+
+
+def _register_store_writers() -> None:
+  from tensorboardX import record_writer  # pylint: disable=g-import-not-at-top
+  for scheme in ("gs", "s3"):
+    record_writer.register_writer_factory(scheme, _StoreEventFiles())
 
 
 class Progress:
@@ -198,7 +248,7 @@ class ProfileWindow:
   plugin or xprof open it). Every process traces its own host."""
 
   def __init__(self, workdir: str, first_step: int, after: int, steps: int, write=print):
-    self.directory = os.path.join(workdir, "profile")
+    self.directory = files.join(workdir, "profile")
     self.start, self.stop = first_step + after, first_step + after + steps
     self.enabled, self.active, self.write = steps > 0, False, write
 

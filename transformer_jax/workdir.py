@@ -27,6 +27,10 @@ Staleness across hosts relies on clocks roughly in sync (within STALE_AFTER_SECO
 attribute caches shorter than it (NFS acregmax and gcsfuse's stat cache default to 60 s). Two
 containers that share a hostname but not a pid namespace look like one host.
 
+An object-store workdir (gs://, s3://; files.py) has no exclusive create, rename or mtime
+touch: the lock is created when absent and read back (the last writer wins, as on gcsfuse above),
+the heartbeat rewrites it, and take-over copies it aside.
+
 Multi-host runs: only process 0 takes the lock; its decision is broadcast to every process, so
 all of them stop together.
 """
@@ -45,6 +49,7 @@ import time
 import uuid
 from typing import Iterator
 
+from transformer_jax import files
 from transformer_jax.config import ConfigError
 
 LOCK_FILE = "workdir.lock"
@@ -59,10 +64,11 @@ class WorkdirBusy(ConfigError):
 
 
 def prepare_workdir(workdir: str) -> str:
-  """The absolute path of `workdir`, created if needed; ConfigError if it cannot be."""
-  workdir = os.path.abspath(os.path.expanduser(workdir))
+  """The absolute path (or URL, files.resolve) of `workdir`, created if needed; ConfigError if it
+  cannot be."""
+  workdir = files.resolve(workdir)
   try:
-    os.makedirs(workdir, exist_ok=True)
+    files.makedirs(workdir)
   except OSError as e:
     raise ConfigError(f"workdir {workdir} is not writable ({e.strerror})") from None
   return workdir
@@ -70,6 +76,8 @@ def prepare_workdir(workdir: str) -> str:
 
 def free_space(path: str) -> str:
   """'12.3 MiB free' on the file system holding `path` (or its nearest existing parent)."""
+  if files.is_remote(path):
+    return "an object store"
   while path and not os.path.exists(path):
     path = os.path.dirname(path)
   try:
@@ -101,7 +109,7 @@ class WorkdirLock:
   """The lock file of one workdir (see the module docstring)."""
 
   def __init__(self, workdir: str, purpose: str):
-    self.path = os.path.join(workdir, LOCK_FILE)
+    self.path = files.join(workdir, LOCK_FILE)
     self.workdir = workdir
     self.info = {"host": socket.gethostname(), "pid": os.getpid(),
                  "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
@@ -112,9 +120,7 @@ class WorkdirLock:
 
   def _read(self) -> tuple[str | None, float | None]:
     try:
-      with open(self.path) as f:
-        text = f.read()
-      return text, os.stat(self.path).st_mtime
+      return files.read_text(self.path), files.mtime(self.path)
     except FileNotFoundError:
       return None, None
 
@@ -131,7 +137,7 @@ class WorkdirLock:
   def acquire(self) -> None:
     for _ in range(5):
       try:
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = self._create()
       except FileExistsError:
         text, mtime = self._read()
         if text is None:
@@ -148,10 +154,13 @@ class WorkdirLock:
         continue
       except OSError as e:
         raise ConfigError(f"workdir {self.workdir} is not writable ({e.strerror})") from None
-      with os.fdopen(fd, "w") as f:
-        json.dump(self.info, f)
-        f.flush()
-        os.fsync(f.fileno())
+      if fd is None:  # an object store: written whole
+        files.write_text(self.path, json.dumps(self.info))
+      else:
+        with os.fdopen(fd, "w") as f:
+          json.dump(self.info, f)
+          f.flush()
+          os.fsync(f.fileno())
       text, _ = self._read()  # on stores without atomic exclusive creation the last writer wins
       holder = _parse(text) if text else None
       if not holder or holder.get("token") != self.info["token"]:
@@ -163,18 +172,26 @@ class WorkdirLock:
     raise WorkdirBusy(f"workdir {self.workdir}: could not take the lock {self.path} (other "
                       "processes keep taking it); use another --workdir")
 
+  def _create(self):
+    """An O_EXCL file descriptor for the new lock; None in an object store, which has no
+    exclusive create: there the lock is written whole and read back (the last writer wins)."""
+    if files.is_remote(self.path):
+      if files.exists(self.path):
+        raise FileExistsError(self.path)
+      return None
+    return os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+
   def _take_over(self, stale_text: str) -> bool:
     aside = f"{self.path}.stale-{self.info['host']}-{self.info['pid']}"
     try:
-      os.rename(self.path, aside)
+      files.rename(self.path, aside)
     except FileNotFoundError:
       return False  # another process moved it first
-    with open(aside) as f:
-      moved = f.read()
-    if moved != stale_text and not os.path.exists(self.path):
-      os.rename(aside, self.path)  # a fresh lock taken meanwhile: put it back
+    moved = files.read_text(aside)
+    if moved != stale_text and not files.exists(self.path):
+      files.rename(aside, self.path)  # a fresh lock taken meanwhile: put it back
       return False
-    os.remove(aside)
+    files.remove(aside)
     return moved == stale_text
 
   def _heartbeat(self) -> None:
@@ -185,8 +202,11 @@ class WorkdirLock:
         print(f"warning: the lock {self.path} was removed or taken over by {_describe(holder)}; "
               "another process may now write into this workdir", file=sys.stderr, flush=True)
         return
-      try:
-        os.utime(self.path)
+      try:  # a new mtime: touched locally, rewritten in an object store
+        if files.is_remote(self.path):
+          files.write_text(self.path, text)
+        else:
+          os.utime(self.path)
       except OSError:
         pass  # a transient network file system error: the next beat tries again
 
@@ -196,7 +216,7 @@ class WorkdirLock:
       self._thread.join(timeout=5)
     text, _ = self._read()
     if text and (_parse(text) or {}).get("token") == self.info["token"]:
-      os.remove(self.path)
+      files.remove(self.path)
 
 
 def _parse(text: str) -> dict | None:
@@ -208,6 +228,8 @@ def _parse(text: str) -> dict | None:
 
 
 def _remove_empty_folders(workdir: str, created: bool) -> None:
+  if files.is_remote(workdir):
+    return  # an object store has no empty folders
   for name in RUN_FOLDERS:
     with contextlib.suppress(OSError):
       os.rmdir(os.path.join(workdir, name))  # only succeeds when empty
@@ -221,8 +243,8 @@ def claim(workdir: str, purpose: str) -> Iterator[str]:
   """Holds `workdir` (created if needed) for this run; yields its absolute path. A workdir held
   by another live process raises WorkdirBusy before anything in it changes."""
   import jax  # pylint: disable=g-import-not-at-top
-  path = os.path.abspath(os.path.expanduser(workdir))
-  created = not os.path.exists(path)
+  path = files.resolve(workdir)
+  created = not files.exists(path)
   lock, error = None, None
   if jax.process_index() == 0:
     path = prepare_workdir(path)

@@ -13,13 +13,13 @@ import hashlib
 import io
 import os
 import re
-import tempfile
 from typing import Iterable, Sequence
 
 import numpy as np
 import sentencepiece as spm
 from absl import logging
 
+from transformer_jax import files
 from transformer_jax.config import ConfigError
 from transformer_jax.data import DataError
 from transformer_jax.special_ids import EOS_ID, PAD_ID, UNK_ID
@@ -68,18 +68,17 @@ class Tokenizer:
 
 
 def vocab_path(workdir: str) -> str:
-  return os.path.join(workdir, VOCAB_SUBDIR, MODEL_NAME)
+  return files.join(workdir, VOCAB_SUBDIR, MODEL_NAME)
 
 
 def load_tokenizer(workdir: str) -> Tokenizer:
   """The vocabulary that training left in WORKDIR/vocab; DataError (one line) when there is none.
   Never trains one."""
   path = vocab_path(workdir)
-  if not os.path.isfile(path):
+  if not files.exists(path) or files.isdir(path):
     raise DataError(f"{workdir} has no vocabulary ({os.path.dirname(path)}): it is written when "
                     "training starts; train first (--mode=train) with this workdir")
-  with open(path, "rb") as f:
-    proto = f.read()
+  proto = files.read_bytes(path)
   try:
     tok = Tokenizer(proto)
   except RuntimeError as e:  # not a SentencePiece model
@@ -92,7 +91,7 @@ def load_or_train_tokenizer(config, workdir: str) -> Tokenizer:
   """For training: the workdir's vocabulary, trained from the training split when not there yet
   (model.vocab_size pieces; a stored vocabulary of another size is a ConfigError)."""
   path, size = vocab_path(workdir), config.model.vocab_size
-  if os.path.isfile(path):
+  if files.exists(path):
     tok = load_tokenizer(workdir)
     if tok.vocab_size != size:
       raise ConfigError(f"config key 'model.vocab_size'={size} but {path} holds a vocabulary of "
@@ -105,16 +104,8 @@ def load_or_train_tokenizer(config, workdir: str) -> Tokenizer:
   if not sentences:
     raise DataError("the training split has no non-empty sentence to train the vocabulary on")
   proto = train_sentencepiece(sentences, vocab_type=d.vocab_type, vocab_size=size)
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".spm-", suffix=".tmp")
-  try:
-    with os.fdopen(fd, "wb") as f:
-      f.write(proto)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)  # atomic: never a half-written model in the workdir
-  finally:
-    if os.path.exists(tmp):
-      os.remove(tmp)
+  files.makedirs(os.path.dirname(path))
+  files.write_bytes(path, proto)  # whole: never a half-written model in the workdir
   logging.info("trained %s vocabulary of %d pieces -> %s", d.vocab_type, size, path)
   return Tokenizer(proto)
 

@@ -1,0 +1,130 @@
+"""Object-store workdirs (gs://): URLs stay URLs, and the workdir's own files (lock, metrics,
+TensorBoard events, vocabulary, config.json, eval outputs) go through files.py.
+
+A fake `gs` filesystem (fsspec's DirFileSystem over a temporary folder, registered under the
+names gcsfs would take) stands in for GCS; checkpoints on GCS are Orbax's (tensorstore's GCS
+driver) and are not exercised here. Without gcsfs, a gs:// workdir is one line.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import importlib
+import importlib.util
+
+import fsspec
+import pytest
+from fsspec.implementations.dirfs import DirFileSystem
+from fsspec.implementations.local import LocalFileSystem
+
+from transformer_jax import checkpoint, files, metrics, workdir as workdir_lib
+from transformer_jax.config import default_config
+from transformer_jax.data import tokenizer
+
+from tests.common import REPO
+
+_REGISTRY = importlib.import_module("fsspec.registry")._registry  # pylint: disable=protected-access
+
+
+@pytest.fixture(scope="module")
+def fake_gcs(tmp_path_factory):
+  """The store's root folder (one per module: etils.epath keeps the filesystem it made first, so
+  every test here uses its own gs://bucket/<name>)."""
+  root = tmp_path_factory.mktemp("bucket-store")
+
+  class FakeGCS(DirFileSystem):
+    protocol = ("gs", "gcs")
+
+    def __init__(self, *args, **kwargs):  # pylint: disable=unused-argument
+      super().__init__(path=str(root), fs=LocalFileSystem(auto_mkdir=True))
+
+  saved = {n: _REGISTRY.get(n) for n in ("gs", "gcs")}
+  for name in ("gs", "gcs"):
+    fsspec.register_implementation(name, FakeGCS, clobber=True)
+  yield root
+  for name, cls in saved.items():
+    _REGISTRY.pop(name, None)
+    if cls is not None:
+      fsspec.register_implementation(name, cls, clobber=True)
+
+
+def test_urls_stay_urls_and_local_paths_become_absolute(fake_gcs):
+  assert files.resolve("gs://bucket/run/") == "gs://bucket/run"
+  assert checkpoint.checkpoint_dir("gs://bucket/run") == "gs://bucket/run/checkpoints"
+  assert files.resolve("run") == os.path.join(os.getcwd(), "run")
+  assert not os.path.exists("gs:")  # nothing was created locally under a folder named 'gs:'
+
+
+def test_file_operations_in_the_store(fake_gcs):
+  d = "gs://bucket/ops"
+  files.makedirs(d + "/eval")
+  files.write_text(d + "/a.txt", "one\n")
+  files.append_lines(d + "/a.txt", ["two\n", "three\n"])
+  assert files.read_text(d + "/a.txt") == "one\ntwo\nthree\n"
+  assert (fake_gcs / "bucket" / "ops" / "a.txt").read_text() == "one\ntwo\nthree\n"
+  assert files.listdir(d) == ["a.txt", "eval"] and files.isdir(d + "/eval")
+  files.rename(d + "/a.txt", d + "/b.txt")
+  assert not files.exists(d + "/a.txt") and files.read_bytes(d + "/b.txt").startswith(b"one")
+  assert files.mtime(d + "/b.txt") > 0
+  files.remove(d + "/b.txt")
+  assert files.listdir(d) == ["eval"]
+
+
+def test_lock_in_the_store_refuses_a_second_run_and_is_released(fake_gcs):
+  with workdir_lib.claim("gs://bucket/lock", "training") as path:
+    assert path == "gs://bucket/lock"
+    held = json.loads(files.read_text(path + "/workdir.lock"))
+    assert held["pid"] == os.getpid() and held["purpose"] == "training"
+    with pytest.raises(workdir_lib.WorkdirBusy, match=f"in use by pid {os.getpid()}"):
+      workdir_lib.WorkdirLock(path, "another run").acquire()
+  assert not files.exists("gs://bucket/lock/workdir.lock")
+
+
+def test_a_dead_holders_lock_in_the_store_is_taken_over(fake_gcs, capsys):
+  files.makedirs("gs://bucket/stale")
+  dead = {"host": workdir_lib.socket.gethostname(), "pid": 2**22 + 12345, "token": "old"}
+  files.write_text("gs://bucket/stale/workdir.lock", json.dumps(dead))
+  with workdir_lib.claim("gs://bucket/stale", "training"):
+    assert json.loads(files.read_text("gs://bucket/stale/workdir.lock"))["pid"] == os.getpid()
+  assert "took over the stale lock" in capsys.readouterr().err
+
+
+def test_metrics_and_tensorboard_events_in_the_store(fake_gcs):
+  w = metrics.MetricsWriter("gs://bucket/metrics")
+  w.write(1, {"loss": 3.0}, "train")
+  w.write(2, {"loss": 2.5}, "train")
+  w.close()
+  lines = files.read_text("gs://bucket/metrics/metrics.jsonl").splitlines()
+  assert [json.loads(l)["step"] for l in lines] == [1, 2]
+  events = files.listdir("gs://bucket/metrics/tb")
+  assert len(events) == 1 and events[0].startswith("events.out.tfevents")
+  assert os.path.getsize(fake_gcs / "bucket" / "metrics" / "tb" / events[0]) > 0
+  metrics.MetricsWriter("gs://bucket/metrics", resume_step=1).close()  # a resume at step 1
+  assert [json.loads(l)["step"] for l in
+          files.read_text("gs://bucket/metrics/metrics.jsonl").splitlines()] == [1]
+
+
+def test_vocabulary_and_config_in_the_store(fake_gcs):
+  proto = tokenizer.train_sentencepiece(
+      [f"ein kleiner satz nummer {i} mit worten" for i in range(200)], vocab_type="bpe",
+      vocab_size=40)
+  path = tokenizer.vocab_path("gs://bucket/vocab")
+  files.makedirs(os.path.dirname(path))
+  files.write_bytes(path, proto)
+  assert tokenizer.load_tokenizer("gs://bucket/vocab").vocab_size == 40
+  checkpoint.write_config_json("gs://bucket/vocab", default_config())
+  assert json.loads(files.read_text("gs://bucket/vocab/config.json"))["model"]["d_model"] == 512
+
+
+def test_a_store_without_its_package_is_one_line():
+  if importlib.util.find_spec("gcsfs") is not None:
+    pytest.skip("gcsfs is installed here")
+  p = subprocess.run([sys.executable, "-m", "transformer_jax.main", "--config=configs/tiny.py",
+                      "--workdir=gs://b/run"], cwd=REPO, capture_output=True, text=True,
+                     timeout=300)
+  lines = p.stderr.strip().splitlines()
+  assert p.returncode == 2 and len(lines) == 1, p.stderr[-2000:]
+  assert lines[0].startswith("error: workdir gs://b/run: gs:// needs the gcsfs package "
+                             "(pip install gcsfs)")

@@ -1,0 +1,142 @@
+"""Workdir files on a local (or network-mounted) disk or in an object store (gs://, s3://).
+
+A workdir is a local path or a URL. Local paths are made absolute and go through `os`, as they
+always did; URLs stay URLs (never `os.path.abspath`, which would make 'gs://b/run' a local
+folder named 'gs:') and go through `etils.epath`, which reaches the store through fsspec (gcsfs
+for gs://, s3fs for s3://). Orbax writes checkpoints to the same URLs itself.
+
+Object stores have no rename, append or exclusive create; where this module offers those it
+emulates them: `append_lines` rewrites the object, `write_text` writes it whole (an object
+appears complete or not at all, so a plain write is already atomic there), `rename` copies and
+deletes. Callers that need more (the workdir lock) check `is_remote` and say what they do.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from transformer_jax.config import ConfigError
+
+_PACKAGES = {"gs": "gcsfs", "s3": "s3fs"}
+
+
+def is_remote(path: str) -> bool:
+  return "://" in str(path)
+
+
+def _epath(path: str):
+  from etils import epath  # pylint: disable=g-import-not-at-top
+  return epath.Path(path)
+
+
+def resolve(path: str) -> str:
+  """The canonical form of a workdir: an absolute local path, or the URL as given (without a
+  trailing '/') after checking that this machine can reach its store (one-line ConfigError)."""
+  if not is_remote(path):
+    return os.path.abspath(os.path.expanduser(path))
+  scheme = path.split("://", 1)[0]
+  try:
+    import fsspec  # pylint: disable=g-import-not-at-top
+    fsspec.get_filesystem_class(scheme)
+  except (ImportError, ValueError) as e:
+    package = _PACKAGES.get(scheme)
+    hint = f"pip install {package}" if package else f"a filesystem package for {scheme}://"
+    raise ConfigError(f"workdir {path}: {scheme}:// needs the {package or scheme} package "
+                      f"({hint}); {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+  return path.rstrip("/")
+
+
+def join(*parts: str) -> str:
+  return os.path.join(*parts)  # posix joining keeps 'gs://bucket/run' + 'tb' a URL
+
+
+def exists(path: str) -> bool:
+  return _epath(path).exists() if is_remote(path) else os.path.exists(path)
+
+
+def isdir(path: str) -> bool:
+  return _epath(path).is_dir() if is_remote(path) else os.path.isdir(path)
+
+
+def listdir(path: str) -> list[str]:
+  if is_remote(path):
+    return sorted(p.name for p in _epath(path).iterdir())
+  return sorted(os.listdir(path))
+
+
+def makedirs(path: str) -> None:
+  if is_remote(path):
+    _epath(path).mkdir(parents=True, exist_ok=True)
+  else:
+    os.makedirs(path, exist_ok=True)
+
+
+def remove(path: str) -> None:
+  if is_remote(path):
+    _epath(path).unlink()
+  else:
+    os.remove(path)
+
+
+def rmtree(path: str) -> None:
+  if is_remote(path):
+    _epath(path).rmtree(missing_ok=True)
+  else:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def rename(src: str, dst: str) -> None:
+  """os.rename locally; copy + delete in an object store (not atomic there)."""
+  if is_remote(src):
+    _epath(src).rename(dst)
+  else:
+    os.rename(src, dst)
+
+
+def read_text(path: str) -> str:
+  if is_remote(path):
+    return _epath(path).read_text()
+  with open(path) as f:
+    return f.read()
+
+
+def read_bytes(path: str) -> bytes:
+  if is_remote(path):
+    return _epath(path).read_bytes()
+  with open(path, "rb") as f:
+    return f.read()
+
+
+def write_bytes(path: str, data: bytes) -> None:
+  """Writes `path` whole: locally through a temporary file and os.replace, so a reader never
+  sees half a file; in an object store directly (objects appear whole)."""
+  if is_remote(path):
+    _epath(path).write_bytes(data)
+    return
+  tmp = f"{path}.tmp-{os.getpid()}"
+  with open(tmp, "wb") as f:
+    f.write(data)
+  os.replace(tmp, path)
+
+
+def write_text(path: str, text: str) -> None:
+  write_bytes(path, text.encode("utf-8"))
+
+
+def mtime(path: str) -> float:
+  return _epath(path).stat().mtime if is_remote(path) else os.stat(path).st_mtime
+
+
+def append_lines(path: str, lines: list[str]) -> None:
+  """Appends lines (each ending in a newline): an O_APPEND write locally; a rewrite of the whole
+  object in a store (which has no append; fine for the small logs written through this)."""
+  if not lines:
+    return
+  text = "".join(lines)
+  if is_remote(path):
+    old = _epath(path).read_text() if _epath(path).exists() else ""
+    _epath(path).write_text(old + text)
+    return
+  with open(path, "a") as f:
+    f.write(text)
