@@ -69,9 +69,7 @@ def time_step(config, description: str, length: int, steps: int, warmup: int) ->
   """Compiles and times the preset's train step; the benchmark's entry plus the attention lines."""
   devices = jax.device_count()
   rows, length = batch_shape(config, devices, length)
-  first = len(attention.choices())
   stepper = train_step.Stepper("preset", rows, length, config=config, description=description)
-  attention_lines = attention.choices()[first:]
   (samples,) = train_step.time_interleaved([stepper], steps, warmup)
   peak = config.train.peak_flops or metrics.measure_peak_flops(
       np.dtype(stepper.model_cfg.dtype))
@@ -79,8 +77,6 @@ def time_step(config, description: str, length: int, steps: int, warmup: int) ->
   stepper.close()
   entry.pop("hlo", None)
   entry["peak_flops_per_device"] = peak
-  entry["attention"] = attention_lines or [l for l in attention.choices()
-                                           if stepper.model_cfg.attention_impl in l][:1]
   return entry
 
 

@@ -117,7 +117,8 @@ def _train(r: dict) -> list[str]:
                  f"{h['library_dot_fusions']} YNNPACK dot fusions, {h['eigen_dots']} Eigen dots, "
                  f"{h['transposing_fusions']} transposing loop fusions writing "
                  f"{h['transposed_bytes'] / 2**20:.0f} MiB, {h['while_loops']} while loops, "
-                 f"{h['copies']} copies ({h['copied_bytes'] / 2**20:.0f} MiB)")
+                 f"{h['copies']} copies ({h['copied_bytes'] / 2**20:.0f} MiB); "
+                 + "; ".join(e.get("attention") or ["attention: not recorded"]))
   overrides = {k: v for e in r["train"] for k, v in e["overrides"].items()}
   lines = ["## Train step", "",
            f"Peak (same run): {p['flops_per_s'] / 1e9:.1f} GFLOP/s, jitted {p['dtype']} "

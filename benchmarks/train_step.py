@@ -18,7 +18,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from transformer_jax import metrics, sharding, step
+from transformer_jax import attention, metrics, sharding, step
 from transformer_jax.config import (REPO, ConfigError, ModelConfig, apply_overrides,
                                     load_config_file, validate)
 from transformer_jax.special_ids import EOS_ID, PAD_ID
@@ -163,10 +163,14 @@ class Stepper:
     self.batch = jax.device_put(synthetic_batch(self.config, rows, length),
                                 sharding.batch_sharding(mesh))
     fn = step.jit_train_step(self.config, mesh, state_sh)
+    logged = len(attention.choices())
     t = time.perf_counter()
     with sharding.mesh_context(mesh):
       self.compiled = fn.jitted.lower(self.state, self.batch).compile()
     self.compile_s = time.perf_counter() - t
+    # What attention ran (attention.py logs each choice once per process, at trace time).
+    self.attention = attention.choices()[logged:] or [
+        line for line in attention.choices() if self.model_cfg.attention_impl in line][:1]
     self.losses, self.page_faults = [], []
 
   def __call__(self) -> float:
@@ -195,7 +199,7 @@ class Stepper:
         "batch": {"shape": f"{self.rows}x{self.length}", "rows": self.rows,
                   "source_len": self.length, "target_len": self.length,
                   "packed": config.data.batch_mode == "pack"},
-        "compile_s": self.compile_s, "warmup_steps": warmup,
+        "compile_s": self.compile_s, "warmup_steps": warmup, "attention": self.attention,
         **step_timing(samples, tokens, flops, peak, self.devices),
         "xla_flops_per_step": _xla_flops(self.compiled),
         "page_faults_per_step": statistics.median(self.page_faults[-len(samples):]),

@@ -66,6 +66,7 @@ def test_json_result(result):
   cfg = ModelConfig.from_config(train_step.train_config("tiny")[0].model)
   assert e["model_flops_per_step"] == metrics.train_flops(cfg, 2, 16, 16)
   assert e["devices"] == 1 and e["page_faults_per_step"] >= 0
+  assert e["attention"] == ["attention: einsum (written out, XLA fuses it)"]
   assert e["mfu"] == pytest.approx(e["model_flops_per_s"] / (r["peak"]["flops_per_s"] * e["devices"]))
   assert e["memory"]["process_peak_rss_bytes"] > 0 and e["memory"]["temp_bytes"] >= 0
   assert e["finite"]
