@@ -109,3 +109,47 @@ def test_wrong_type_is_named():
   d["train"]["num_steps"] = "ten"
   with pytest.raises(ConfigError, match="train.num_steps"):
     validate(ml_collections.ConfigDict(d))
+
+
+@pytest.mark.parametrize("chunk,eps", [(4, 0.1), (13, 0.1), (5, 0.0)])
+def test_chunked_loss_equals_the_unchunked_loss_and_gradients(chunk, eps):
+  """train.loss_chunk_positions scores the target positions `chunk` at a time (T=13: padded
+  for 4 and 5, one chunk for 13): the same loss sums and the same gradients for every parameter,
+  to 1e-6 relative to each gradient's size."""
+  import flax.linen as nn  # pylint: disable=g-import-not-at-top
+  from transformer_jax import step  # pylint: disable=g-import-not-at-top
+  from transformer_jax.config import ModelConfig  # pylint: disable=g-import-not-at-top
+  from transformer_jax.model import Transformer  # pylint: disable=g-import-not-at-top
+  cfg = ModelConfig(vocab_size=50, d_model=32, num_heads=4, d_k=8, d_v=8, d_ff=48,
+                    num_encoder_layers=1, num_decoder_layers=2, max_len=32, dropout_rate=0.0)
+  rng = np.random.default_rng(3)
+  src = rng.integers(3, 50, (3, 9)).astype(np.int32)
+  tgt = rng.integers(3, 50, (3, 13)).astype(np.int32)
+  src[1, 6:], tgt[1, 8:], tgt[2, 3:] = 0, 0, 0
+  batch = {"inputs": jnp.asarray(src), "targets": jnp.asarray(tgt)}
+  model = Transformer(cfg)
+  params = nn.meta.unbox(model.init(jax.random.key(0), batch["inputs"], batch["targets"])["params"])
+
+  def loss(p, c):
+    return step._loss_and_metrics(p, model, batch, eps, True, chunk=c)  # pylint: disable=protected-access
+
+  (full, m_full), g_full = jax.value_and_grad(loss, has_aux=True)(params, 0)
+  (chunked, m_chunked), g_chunked = jax.value_and_grad(loss, has_aux=True)(params, chunk)
+  assert float(m_chunked["tokens"]) == float(m_full["tokens"]) == float((tgt != 0).sum())
+  np.testing.assert_allclose(float(chunked), float(full), rtol=1e-6)
+  np.testing.assert_allclose(float(m_chunked["nll_sum"]), float(m_full["nll_sum"]), rtol=1e-6)
+  for a, b in zip(jax.tree.leaves(g_full), jax.tree.leaves(g_chunked)):
+    scale = float(np.abs(np.asarray(a)).max())
+    assert np.abs(np.asarray(a) - np.asarray(b)).max() <= 1e-6 * scale
+
+
+def test_a_config_saved_before_new_keys_gets_their_defaults():
+  from transformer_jax.config import with_defaults  # pylint: disable=g-import-not-at-top
+  saved = default_config().to_dict()
+  del saved["train"]["loss_chunk_positions"], saved["model"]["scan_layers"]
+  saved["train"]["num_steps"] = 123
+  with pytest.raises(AttributeError):
+    validate(ml_collections.ConfigDict(saved))
+  config = validate(with_defaults(saved))
+  assert config.train.num_steps == 123 and config.train.loss_chunk_positions == 0
+  assert config.model.scan_layers is False

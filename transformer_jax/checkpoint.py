@@ -293,7 +293,8 @@ def saved_config(directory: str, step: int | None = None) -> tuple[ml_collection
     cfg = manager.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore()))["config"]
   except Exception as e:  # noqa: BLE001
     raise unreadable(directory, step, sorted(steps), e) from None
-  return ml_collections.ConfigDict(cfg), step
+  from transformer_jax.config import with_defaults  # pylint: disable=g-import-not-at-top
+  return with_defaults(cfg), step
 
 
 def unreadable(directory: str, step: int, steps: list[int], error: BaseException) -> CheckpointError:

@@ -117,6 +117,8 @@ def default_config() -> ml_collections.ConfigDict:
   t.divergence_warn_factor = 4.0  # warn (once) when a step's loss exceeds this multiple of the
                                   # lowest loss so far; 0: off. Non-finite losses always stop.
   t.peak_flops = 0.0              # device peak FLOP/s for MFU; 0: measure with a jnp.dot
+  t.loss_chunk_positions = 0      # >0: the loss projects and scores this many target positions
+                                  # at a time (no [B, T, vocab] logits in memory; same loss)
   t.profile_steps = 0             # trace this many train steps into WORKDIR/profile (0: off)
   t.profile_after_steps = 10      # ... starting this many steps after the run (re)starts
   t.progress_bar = True
@@ -247,6 +249,22 @@ def _check_keys(cfg, schema, prefix=""):
         raise ConfigError(f"config key '{prefix}{key}' must be {type(ref).__name__}, got {value!r}")
 
 
+def with_defaults(saved: Mapping[str, Any]) -> ml_collections.ConfigDict:
+  """A config saved by an older version, with the keys added since at their defaults (the
+  behaviour the code had before they existed); the saved values win. Unknown keys stay, for
+  validate() to name."""
+  merged = default_config().to_dict()
+
+  def merge(into: dict, values: Mapping[str, Any]):
+    for key, value in values.items():
+      if isinstance(value, Mapping) and isinstance(into.get(key), dict):
+        merge(into[key], value)
+      else:
+        into[key] = value
+  merge(merged, saved)
+  return ml_collections.ConfigDict(merged)
+
+
 def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """Checks a run config against the schema; raises ConfigError naming the first bad key."""
   _check_keys(config, default_config())
@@ -275,6 +293,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   if t.learning_rate_scale <= 0:
     raise ConfigError(f"config key 'train.learning_rate_scale' must be > 0, got {t.learning_rate_scale}")
   _positive("train.", "profile_steps", t.profile_steps, allow_zero=True)
+  _positive("train.", "loss_chunk_positions", t.loss_chunk_positions, allow_zero=True)
   _positive("train.", "profile_after_steps", t.profile_after_steps, allow_zero=True)
   for name in ("grad_clip_norm", "max_train_minutes", "peak_flops", "checkpoint_every_minutes",
                "weight_decay"):

@@ -6,7 +6,9 @@ tensor2tensor does), so a perfect model scores 0; the NLL of the reference token
 exponential is the per-wordpiece perplexity of Table 3) is returned alongside.
 
 No one-hot [B, T, V] tensor is built: the loss needs only the reference logit, the sum of the
-logits and the log-partition function.
+logits and the log-partition function. `chunked_cross_entropy_sums` does not build the [B, T, V]
+logits either: it projects and scores chunks of positions in turn, recomputing each chunk's
+logits in the backward pass (a memory layout of the same loss, equal to it up to rounding).
 """
 
 from __future__ import annotations
@@ -40,3 +42,37 @@ def cross_entropy_sums(logits_BxTxV: jnp.ndarray, targets_BxT: jnp.ndarray, weig
     loss_BxT = nll_BxT
   weights_BxT = weights_BxT.astype(jnp.float32)
   return jnp.sum(loss_BxT * weights_BxT), jnp.sum(nll_BxT * weights_BxT), jnp.sum(weights_BxT)
+
+
+def chunked_cross_entropy_sums(hidden_BxTxD: jnp.ndarray, project, targets_BxT: jnp.ndarray,
+                               weights_BxT: jnp.ndarray, epsilon: float, chunk: int):
+  """cross_entropy_sums(project(hidden), ...) computed `chunk` positions at a time.
+
+  `project` maps hidden states [B, c, D] to logits [B, c, V] (the pre-softmax projection). Each
+  chunk's logits live only inside a jax.checkpoint'ed scan step, so neither the forward nor the
+  backward pass holds more than [B, chunk, V] of them; the batch axis is kept whole, so its
+  sharding over the mesh is unchanged. T is padded to a multiple of `chunk` with weight 0.
+  """
+  batch, length, _ = hidden_BxTxD.shape
+  pad = (-length) % chunk
+  if pad:
+    hidden_BxTxD = jnp.pad(hidden_BxTxD, ((0, 0), (0, pad), (0, 0)))
+    targets_BxT = jnp.pad(targets_BxT, ((0, 0), (0, pad)))
+    weights_BxT = jnp.pad(weights_BxT, ((0, 0), (0, pad)))
+  n = (length + pad) // chunk
+  # [n, B, chunk, ...]: the scan runs over the chunks of positions.
+  hidden_NxBxCxD = jnp.moveaxis(hidden_BxTxD.reshape(batch, n, chunk, -1), 1, 0)
+  targets_NxBxC = jnp.moveaxis(targets_BxT.reshape(batch, n, chunk), 1, 0)
+  weights_NxBxC = jnp.moveaxis(weights_BxT.reshape(batch, n, chunk), 1, 0)
+
+  @jax.checkpoint
+  def one_chunk(h_BxCxD, t_BxC, w_BxC):
+    return cross_entropy_sums(project(h_BxCxD), t_BxC, w_BxC, epsilon)
+
+  def body(totals, xs):
+    return jax.tree.map(jnp.add, totals, one_chunk(*xs)), None
+
+  zero = jnp.zeros((), jnp.float32)
+  totals, _ = jax.lax.scan(body, (zero, zero, zero), (hidden_NxBxCxD, targets_NxBxC, weights_NxBxC))
+  return totals
+

@@ -136,7 +136,7 @@ class Decoder(nn.Module):
 
   @nn.compact
   def __call__(self, decoder_inputs_BxT, encoded_BxSxD, self_mask, cross_mask,
-               positions_BxT=None, deterministic=True):
+               positions_BxT=None, deterministic=True, project=True):
     cfg = self.config
     y_BxTxD = self.embedding.embed(decoder_inputs_BxT)
     y_BxTxD = y_BxTxD + PositionalEncoding(cfg, length=self.max_decode_len, name="positional")(
@@ -148,6 +148,8 @@ class Decoder(nn.Module):
                          y_BxTxD, encoded_BxSxD, self_mask, cross_mask, deterministic)
     if cfg.pre_ln:
       y_BxTxD = layer_norm(cfg, "final_norm")(y_BxTxD)
+    if not project:  # the caller applies the pre-softmax projection (a chunked loss)
+      return y_BxTxD
     projection = self.output_embedding or self.embedding
     logits_BxTxV = projection.attend(y_BxTxD)
     return nn.with_logical_constraint(logits_BxTxV, ("batch", "length", "vocab"))
@@ -179,8 +181,8 @@ class Transformer(nn.Module):
 
   def decode(self, encoded_BxSxD, inputs_BxS, decoder_inputs_BxT, targets_BxT=None,
              targets_positions=None, inputs_segmentation=None, targets_segmentation=None,
-             deterministic=True):
-    """Logits for every decoder position.
+             deterministic=True, project=True):
+    """Logits for every decoder position (`project=False`: the final hidden states instead).
 
     Training/scoring: `decoder_inputs` are the shifted targets and `targets` give the padding.
     Incremental decoding (`incremental=True`): one position per call; the KV cache supplies the
@@ -195,12 +197,20 @@ class Transformer(nn.Module):
       self_mask = masks.decoder_self_mask(targets_BxT, targets_segmentation)
       cross = masks.cross_mask(targets_BxT, inputs_BxS, targets_segmentation, inputs_segmentation)
     return self.decoder(decoder_inputs_BxT, encoded_BxSxD, self_mask, cross,
-                        targets_positions, deterministic)
+                        targets_positions, deterministic, project)
+
+  def project(self, y_BxTxD):
+    """The pre-softmax projection of decoder states: float32 logits [B, T, vocab_size]."""
+    embedding = self.shared_embedding if self.config.tie_embeddings else self.output_projection
+    return nn.with_logical_constraint(embedding.attend(y_BxTxD), ("batch", "length", "vocab"))
 
   def __call__(self, inputs_BxS, targets_BxT, inputs_positions=None, targets_positions=None,
-               inputs_segmentation=None, targets_segmentation=None, deterministic=True):
-    """Teacher-forced logits [B, T, V] for predicting `targets` from `inputs`."""
+               inputs_segmentation=None, targets_segmentation=None, deterministic=True,
+               project=True):
+    """Teacher-forced logits [B, T, V] for predicting `targets` from `inputs` (`project=False`:
+    the decoder's final hidden states [B, T, D], for `Transformer.project`)."""
     encoded_BxSxD = self.encode(inputs_BxS, inputs_positions, inputs_segmentation, deterministic)
     decoder_inputs_BxT = shift_right(targets_BxT, targets_segmentation)
     return self.decode(encoded_BxSxD, inputs_BxS, decoder_inputs_BxT, targets_BxT,
-                       targets_positions, inputs_segmentation, targets_segmentation, deterministic)
+                       targets_positions, inputs_segmentation, targets_segmentation, deterministic,
+                       project)

@@ -25,7 +25,7 @@ from jax.sharding import Mesh
 
 from transformer_jax import rng, sharding
 from transformer_jax.config import ModelConfig
-from transformer_jax.label_smoothing import cross_entropy_sums
+from transformer_jax.label_smoothing import chunked_cross_entropy_sums, cross_entropy_sums
 from transformer_jax.model import Transformer
 from transformer_jax.schedule import make_optimizer, make_schedule
 
@@ -86,12 +86,21 @@ def create_state(config: ml_collections.ConfigDict, mesh: Mesh) -> TrainState:
     return init(jax.random.key(config.seed))
 
 
-def _loss_and_metrics(params, model, batch, epsilon, deterministic, rngs=None):
-  logits_BxTxV = model.apply({"params": params}, **_model_inputs(batch),
-                             deterministic=deterministic, rngs=rngs)
+def _loss_and_metrics(params, model, batch, epsilon, deterministic, rngs=None, chunk=0):
+  """Token sums of the smoothed loss and the NLL; `chunk` > 0 scores that many positions at a
+  time (label_smoothing.chunked_cross_entropy_sums: no [B, T, V] logits in memory)."""
   targets = batch["targets"]
   weights = (targets != 0).astype(jnp.float32)
-  loss_sum, nll_sum, tokens = cross_entropy_sums(logits_BxTxV, targets, weights, epsilon)
+  if chunk:
+    hidden_BxTxD = model.apply({"params": params}, **_model_inputs(batch),
+                               deterministic=deterministic, rngs=rngs, project=False)
+    project = lambda y: model.apply({"params": params}, y, method=Transformer.project)
+    loss_sum, nll_sum, tokens = chunked_cross_entropy_sums(hidden_BxTxD, project, targets,
+                                                           weights, epsilon, chunk)
+  else:
+    logits_BxTxV = model.apply({"params": params}, **_model_inputs(batch),
+                               deterministic=deterministic, rngs=rngs)
+    loss_sum, nll_sum, tokens = cross_entropy_sums(logits_BxTxV, targets, weights, epsilon)
   return loss_sum, {"loss_sum": loss_sum, "nll_sum": nll_sum, "tokens": tokens}
 
 
@@ -103,7 +112,7 @@ def train_step(state: TrainState, batch, *, config: ml_collections.ConfigDict) -
   dropout_rng = jax.random.fold_in(base_key, state.micro_step)
   grad_fn = jax.value_and_grad(_loss_and_metrics, has_aux=True)
   (_, metrics), grads = grad_fn(state.params, model, batch, config.train.label_smoothing,
-                                False, {"dropout": dropout_rng})
+                                False, {"dropout": dropout_rng}, config.train.loss_chunk_positions)
   tokens = metrics["tokens"]
 
   def apply(grad_sum, token_sum):
@@ -140,7 +149,8 @@ def train_step(state: TrainState, batch, *, config: ml_collections.ConfigDict) -
 def eval_step(params, batch, *, config: ml_collections.ConfigDict) -> dict:
   """Token sums of the smoothed loss and the NLL on one batch (dropout off)."""
   model = Transformer(ModelConfig.from_config(config.model))
-  _, metrics = _loss_and_metrics(params, model, batch, config.train.label_smoothing, True)
+  _, metrics = _loss_and_metrics(params, model, batch, config.train.label_smoothing, True,
+                                 chunk=config.train.loss_chunk_positions)
   return metrics
 
 
