@@ -22,13 +22,9 @@ if __name__ == "__main__":
   host_memory.reexec_with_malloc_settings()  # the same process settings for both steps
 
 import functools
-import importlib
-import importlib.util
-import os
 import shlex
 import sys
 import time
-import types
 
 from absl import flags, logging
 from flax import jax_utils, linen as nn
@@ -44,6 +40,7 @@ from transformer_jax.markdown import table
 from transformer_jax.special_ids import PAD_ID
 
 from benchmarks import report, train_step
+from benchmarks.flax_example import load_flax_wmt
 
 FLAX_DROPOUT = {"model.attention_dropout_rate": 0.1, "model.relu_dropout_rate": 0.1}
 
@@ -60,45 +57,6 @@ _FLAX_UNROLLED = flags.DEFINE_bool(
     "lowering that ours registers (transformer_jax/rng.py), for reference")
 _OUT = flags.DEFINE_string("out", "experiments/results/bench_flax_wmt",
                            "writes OUT.json and OUT.md ('' to write nothing)")
-
-
-def _module(name: str, **attributes) -> types.ModuleType:
-  module = types.ModuleType(name)
-  module.__dict__.update(attributes)
-  return module
-
-
-def load_flax_wmt(folder: str):
-  """Their (models, train) modules.
-
-  What train.py touches at import gets a stand-in while it loads, removed again afterwards:
-  their bleu, decode and input_pipeline modules always (they read data through TensorFlow and
-  only the decoding and evaluation functions use them); TensorFlow, when not installed, as a
-  module whose `data.Dataset` exists (train.py's signatures annotate with it); clu, when not
-  installed, with the `metric_writers` and `periodic_actions` it imports.
-  """
-  for name in ("models.py", "train.py"):
-    if not os.path.isfile(os.path.join(folder, name)):
-      raise ConfigError(f"--flax_wmt_dir={folder}: no {name} (expected flax's examples/wmt)")
-  # What train.py imports from flax, first: their optional TensorFlow imports must see the truth.
-  for name in ("flax.jax_utils", "flax.training.checkpoints", "flax.training.dynamic_scale"):
-    importlib.import_module(name)
-  stubs = {name: _module(name) for name in ("bleu", "decode", "input_pipeline")}
-  if importlib.util.find_spec("tensorflow") is None:
-    dataset = type("Dataset", (), {"__module__": "tensorflow.data"})
-    stubs["tensorflow"] = _module("tensorflow", data=_module("tensorflow.data", Dataset=dataset))
-  if importlib.util.find_spec("clu") is None:
-    parts = {p: _module(f"clu.{p}") for p in ("metric_writers", "periodic_actions")}
-    stubs.update({f"clu.{p}": m for p, m in parts.items()}, clu=_module("clu", **parts))
-  added = [name for name in stubs if name not in sys.modules]
-  sys.modules.update({name: stubs[name] for name in added})
-  sys.path.insert(0, folder)
-  try:
-    return importlib.import_module("models"), importlib.import_module("train")
-  finally:
-    sys.path.remove(folder)
-    for name in added:
-      sys.modules.pop(name, None)
 
 
 class FlaxStepper:

@@ -194,9 +194,9 @@ def test_side_by_side_loads_the_flax_example_without_tensorflow(tmp_path):
       """))
   script = textwrap.dedent(f"""\
       import sys
-      from benchmarks import flax_wmt
+      from benchmarks import flax_example
       before = set(sys.modules)
-      models, train = flax_wmt.load_flax_wmt({str(tmp_path)!r})
+      models, train = flax_example.load_flax_wmt({str(tmp_path)!r})
       print(models.NAME, train.evaluate(eval_ds=None, num_eval_steps=3))
       stubs = {{"bleu", "decode", "input_pipeline", "tensorflow", "clu"}}
       print(sorted(stubs & (set(sys.modules) - before)))
@@ -206,6 +206,18 @@ def test_side_by_side_loads_the_flax_example_without_tensorflow(tmp_path):
   assert p.returncode == 0, p.stderr[-2000:]
   lines = p.stdout.splitlines()
   assert lines == ["models 3", "[]"]  # loaded; the stand-ins are gone again
+  # for the decoding side-by-side: their real decode.py, not a stand-in
+  (tmp_path / "decode.py").write_text("EOS_ID = 2\n")
+  script = textwrap.dedent(f"""\
+      import sys
+      from benchmarks import flax_example
+      models, train = flax_example.load_flax_wmt({str(tmp_path)!r}, with_decode=True)
+      print(train.decode.EOS_ID, "decode" in sys.modules)
+      """)
+  p = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True,
+                     timeout=120, env=dict(os.environ, PYTHONPATH=REPO))
+  assert p.returncode == 0, p.stderr[-2000:]
+  assert p.stdout.split() == ["2", "False"]  # loaded, and their name 'decode' is not left behind
 
 
 def test_side_by_side_interleaves_the_timed_steps():

@@ -1,0 +1,197 @@
+"""Side by side: the flax WMT example's beam-search decoding and ours, same shapes, one process.
+
+  git clone --depth 1 https://github.com/google/flax /tmp/flax
+  python -m benchmarks.flax_wmt_decode --flax_wmt_dir=/tmp/flax/examples/wmt
+
+Theirs is their train.py's `initialize_cache` + `predict_step` (their decode.py's beam search
+and their models.py's cache), unchanged, pmapped over the one local device as their
+`train_and_evaluate` does. Ours is `decode.jitted_beam_decode` (encoder, cache and search in one
+jitted call). Equal settings: base size, a shared 32000-piece vocabulary, float32, beam 4,
+alpha 0.6, the same source sentences (random ids, each ending in that side's EOS id), and the
+same output limit: their max_decode_len = source width + `--max_extra_len`, which is also our
+buffer (our per-sentence limit, source length + max_extra_len, is the same number when every
+source has the full width, as here). Weights are random for both (each model's own
+initializer), so neither side stops early: both run every output position, the case the issue's
+first measurement took. Batches are timed in rounds of one batch of each side in turn
+(`train_step.time_interleaved`); both run with the same process settings (this entry point
+re-executes itself with `host_memory.MALLOC_SETTINGS`).
+"""
+
+if __name__ == "__main__":
+  from transformer_jax import host_memory  # pylint: disable=g-import-not-at-top
+  host_memory.reexec_with_malloc_settings()  # the same process settings for both sides
+
+import functools
+import shlex
+import sys
+import time
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import flags, logging
+from flax import jax_utils
+from flax.training import common_utils
+
+from transformer_jax import decode, errors
+from transformer_jax.config import ConfigError, ModelConfig
+from transformer_jax.markdown import table
+from transformer_jax.model import Transformer
+from transformer_jax.special_ids import EOS_ID
+
+from benchmarks import report, train_step
+from benchmarks.flax_example import load_flax_wmt
+
+ALPHA = 0.6
+
+_FLAX_WMT_DIR = flags.DEFINE_string("flax_wmt_dir", None,
+                                    "folder with flax's examples/wmt models.py, train.py, decode.py")
+_SENTENCES = flags.DEFINE_integer("sentences", 16, "sentences per batch", lower_bound=1)
+_SOURCE_LEN = flags.DEFINE_integer("source_len", 32, "source tokens per sentence (EOS included)",
+                                   lower_bound=2)
+_BEAM = flags.DEFINE_integer("beam_size", 4, "beam size", lower_bound=1)
+_EXTRA = flags.DEFINE_integer("max_extra_len", 50, "output positions beyond the source width",
+                              lower_bound=1)
+_ROUNDS = flags.DEFINE_integer("rounds", 3, "timed rounds (one batch of each side per round)",
+                               lower_bound=1)
+_OUT = flags.DEFINE_string("out", "experiments/results/bench_flax_wmt_decode",
+                           "writes OUT.json and OUT.md ('' to write nothing)")
+
+
+def source_ids(rows: int, width: int, eos: int, seed: int = 0) -> np.ndarray:
+  ids = np.random.default_rng(seed).integers(3, train_step.FLAX_VOCAB, (rows, width))
+  ids[:, -1] = eos
+  return ids.astype(np.int32)
+
+
+class FlaxDecoder:
+  """Their cache initialisation + beam search for one batch, as their train_and_evaluate sets
+  them up; each call decodes the batch and returns its wall time."""
+
+  def __init__(self, models, train, rows: int, width: int, beam_size: int, max_decode_len: int):
+    config = models.TransformerConfig(
+        vocab_size=train_step.FLAX_VOCAB, output_vocab_size=train_step.FLAX_VOCAB,
+        share_embeddings=True, logits_via_embedding=True, dtype=jnp.float32, emb_dim=512,
+        num_heads=8, num_layers=6, qkv_dim=512, mlp_dim=2048,
+        max_len=max(256, max_decode_len), dropout_rate=0.1, attention_dropout_rate=0.1,
+        deterministic=True, decode=False, kernel_init=nn.initializers.xavier_uniform(),
+        bias_init=nn.initializers.normal(stddev=1e-6))
+    predict_config = config.replace(decode=True)
+    m = models.Transformer(config)
+    params = jax.jit(m.init)(jax.random.key(0), jnp.ones((rows, width), jnp.float32),
+                             jnp.ones((rows, width), jnp.float32))["params"]
+    self.params = jax_utils.replicate(params)
+    self.p_init_cache = jax.pmap(functools.partial(
+        train.initialize_cache, max_decode_len=max_decode_len, config=predict_config),
+        axis_name="batch")
+    self.p_pred_step = jax.pmap(
+        functools.partial(train.predict_step, config=predict_config, beam_size=beam_size),
+        axis_name="batch", static_broadcasted_argnums=(3, 4))
+    self.eos, self.max_decode_len = train.decode.EOS_ID, max_decode_len
+    self.inputs = common_utils.shard(source_ids(rows, width, self.eos))
+
+  def __call__(self) -> float:
+    t = time.perf_counter()
+    cache = self.p_init_cache(self.inputs)
+    out = self.p_pred_step(self.inputs, self.params, cache, self.eos, self.max_decode_len)
+    jax.block_until_ready(out)
+    self.output = np.asarray(out)[0]
+    return time.perf_counter() - t
+
+
+class OurDecoder:
+  """decode.jitted_beam_decode on the same shapes; each call decodes the batch."""
+
+  def __init__(self, rows: int, width: int, beam_size: int, max_extra_len: int):
+    run_config, _ = train_step.train_config("base")
+    self.cfg = ModelConfig.from_config(run_config.model)
+    dummy = jnp.ones((1, 8), jnp.int32)
+    self.params = nn.meta.unbox(jax.jit(Transformer(self.cfg).init)(
+        jax.random.key(0), dummy, dummy)["params"])
+    self.fn = decode.jitted_beam_decode(self.cfg, beam_size, ALPHA, max_extra_len)
+    self.inputs = jnp.asarray(source_ids(rows, width, EOS_ID))
+
+  def __call__(self) -> float:
+    t = time.perf_counter()
+    result = self.fn(self.params, self.inputs)
+    jax.block_until_ready(result)
+    self.steps = int(result.num_steps)
+    return time.perf_counter() - t
+
+
+def run(folder: str, rows: int, width: int, beam_size: int, max_extra_len: int, rounds: int,
+        command: str) -> dict:
+  if width + max_extra_len > 1024:
+    raise ConfigError(f"--source_len + --max_extra_len = {width + max_extra_len}: too long")
+  models, train = load_flax_wmt(folder, with_decode=True)
+  result = report.start(command)
+  max_decode_len = width + max_extra_len
+  print(f"{rows} sentences x {width} source tokens, beam {beam_size}, {max_decode_len} output "
+        "positions: compiling both ...", flush=True)
+  theirs = FlaxDecoder(models, train, rows, width, beam_size, max_decode_len)
+  t = time.perf_counter()
+  theirs()
+  their_compile = time.perf_counter() - t
+  ours = OurDecoder(rows, width, beam_size, max_extra_len)
+  t = time.perf_counter()
+  ours()
+  our_compile = time.perf_counter() - t
+  flax_s, ours_s = train_step.time_interleaved([theirs, ours], rounds, warmup=0)
+  median = lambda xs: float(np.median(xs))
+  entry = {
+      "sentences": rows, "source_len": width, "beam_size": beam_size, "alpha": ALPHA,
+      "max_decode_len": max_decode_len, "our_decoder_steps": ours.steps,
+      "flax_wmt": {"compile_and_first_s": their_compile, "batch_s": flax_s,
+                   "sentences_per_s": rows / median(flax_s)},
+      "transformer_jax": {"compile_and_first_s": our_compile, "batch_s": ours_s,
+                          "sentences_per_s": rows / median(ours_s)},
+      "speedup": median(flax_s) / median(ours_s),
+      "speedup_per_round": [f / o for f, o in zip(flax_s, ours_s)]}
+  print(f"flax WMT {median(flax_s):.2f} s/batch, ours {median(ours_s):.2f} s/batch: "
+        f"{entry['speedup']:.2f}x", flush=True)
+  result.update(entries=[entry], weights="random (each side's own initializer)")
+  return report.finish(result)
+
+
+def markdown(r: dict) -> str:
+  rows = []
+  for e in r["entries"]:
+    f, o = e["flax_wmt"], e["transformer_jax"]
+    rows.append([f"{e['sentences']} x {e['source_len']}", e["beam_size"], e["max_decode_len"],
+                 f"{np.median(f['batch_s']):.2f}; {min(f['batch_s']):.2f}",
+                 f"{f['sentences_per_s']:.2f}",
+                 f"{np.median(o['batch_s']):.2f}; {min(o['batch_s']):.2f}",
+                 f"{o['sentences_per_s']:.2f}", e["our_decoder_steps"],
+                 f"**{e['speedup']:.2f}x**",
+                 f"{min(e['speedup_per_round']):.2f}-{max(e['speedup_per_round']):.2f}x"])
+  lines = report.header("The flax WMT example's beam-search decoding and ours, side by side", r)
+  lines += [
+      "Base size, vocabulary 32000 shared, float32, beam 4, alpha 0.6, random weights (each "
+      "side's own initializer: neither stops early), the same random source ids; their "
+      "`initialize_cache` + `predict_step` (pmapped, as their train.py) against our "
+      "`decode.jitted_beam_decode`. Batches timed in rounds of one batch of each side in turn; "
+      "'per round' is the range of flax's batch time over ours within a round.", "",
+      table(["sentences x source tokens", "beam", "output positions",
+             "flax WMT s/batch (median; min)", "sent/s", "ours s/batch (median; min)", "sent/s",
+             "our decoder steps", "speed-up (medians)", "per round"], rows),
+      "Compile + first batch: " + ", ".join(
+          f"flax {e['flax_wmt']['compile_and_first_s']:.1f} s, ours "
+          f"{e['transformer_jax']['compile_and_first_s']:.1f} s" for e in r["entries"])]
+  return "\n".join(lines) + "\n"
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise ConfigError(f"unexpected arguments {' '.join(argv[1:])}")
+  if not _FLAX_WMT_DIR.value:
+    raise ConfigError("--flax_wmt_dir is required (a checkout of flax's examples/wmt)")
+  r = run(_FLAX_WMT_DIR.value, _SENTENCES.value, _SOURCE_LEN.value, _BEAM.value, _EXTRA.value,
+          _ROUNDS.value, shlex.join(["python", "-m", "benchmarks.flax_wmt_decode", *sys.argv[1:]]))
+  text = markdown(r)
+  report.write(r, text, _OUT.value)
+  print(text)
+
+
+if __name__ == "__main__":
+  errors.run(main, verbosity=logging.WARNING)
