@@ -139,7 +139,7 @@ def time_step_at_positions(cfg: ModelConfig, params, rows: int, positions: Seque
                                                            inputs_NxS, buffer)
 
   def model_step(params, encoded, inputs, ids, t, cache):
-    return decode.make_step_fn(cfg, params, encoded, inputs, buffer)(ids, t, cache)
+    return decode.make_step_fn(cfg, params, encoded, inputs, buffer, beam_size)(ids, t, cache)
 
   def search_step(params, encoded, inputs, ids, t, cache):  # what one beam-search step costs
     logits_NxV, cache = model_step(params, encoded, inputs, ids, t, cache)

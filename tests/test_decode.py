@@ -113,16 +113,52 @@ def test_cached_decoding_matches_teacher_forcing(impl):
   np.testing.assert_allclose(np.stack(steps, axis=1), full_BxTxV, rtol=1e-5, atol=1e-5)
 
 
-def test_reorder_cache_moves_self_attention_rows_only():
+def test_reorder_cache_permutes_the_beam_tables_only():
+  """Beams are reordered by their self-attention beam tables; the key/value buffers are never
+  copied (attention reads them through the tables)."""
+  table = jnp.arange(4, dtype=jnp.int32)[:, None] * 10 + jnp.arange(3)[None, :]
   cache = {"layer": {"self_attention": {"cached_key": jnp.arange(4.0)[:, None],
                                         "cached_value": jnp.arange(4.0)[:, None],
-                                        "cache_index": jnp.array(3)},
+                                        "source_beams": table, "cache_index": jnp.array(3)},
                      "cross_attention": {"cross_key": jnp.arange(4.0)[:, None]}}}
-  out = beam_search.reorder_cache(cache, jnp.array([1, 1, 3, 2]))
-  np.testing.assert_array_equal(out["layer"]["self_attention"]["cached_key"][:, 0], [1, 1, 3, 2])
-  np.testing.assert_array_equal(out["layer"]["self_attention"]["cached_value"][:, 0], [1, 1, 3, 2])
-  np.testing.assert_array_equal(out["layer"]["cross_attention"]["cross_key"][:, 0], [0, 1, 2, 3])
-  assert int(out["layer"]["self_attention"]["cache_index"]) == 3
+  out = beam_search.reorder_cache(cache, jnp.array([1, 1, 3, 2]))["layer"]
+  np.testing.assert_array_equal(out["self_attention"]["source_beams"], table[jnp.array([1, 1, 3, 2])])
+  np.testing.assert_array_equal(out["self_attention"]["cached_key"][:, 0], [0, 1, 2, 3])
+  np.testing.assert_array_equal(out["self_attention"]["cached_value"][:, 0], [0, 1, 2, 3])
+  np.testing.assert_array_equal(out["cross_attention"]["cross_key"][:, 0], [0, 1, 2, 3])
+  assert int(out["self_attention"]["cache_index"]) == 3
+
+
+def test_decoding_through_reordered_beam_tables_matches_teacher_forcing():
+  """Rows that take over other rows' hypotheses mid-way (as beam search does) read their new
+  history through the beam tables: each row's logits equal teacher forcing of the prefix it now
+  continues, though that prefix's keys/values were written by several rows."""
+  cfg = tiny_config(num_encoder_layers=1, num_decoder_layers=2)
+  params = init_params(cfg, seed=2)
+  inputs_NxS = jnp.asarray([[5, 6, 7, EOS], [8, 9, EOS, 0], [5, 6, 7, EOS]], jnp.int32)
+  history = [[3, 4, 5, 6, 7, 8], [8, 9, 10, 11, 12, 3], [9, 10, 11, 3, 4, 5]]
+  buffer = 7
+  encoded = decode.encode(cfg, params, inputs_NxS)
+  cache = decode.init_cache(cfg, params, encoded, inputs_NxS, buffer)
+  step_fn = jax.jit(decode.make_step_fn(cfg, params, encoded, inputs_NxS, buffer, beam_size=3))
+  # One sentence of three beams (the same source twice, another once: the decoder only sees
+  # rows). At step 2, row 2 drops its own hypothesis and continues row 0's first two tokens with
+  # others (two beams of one parent); at step 4 rows 0 and 2 swap. Afterwards each row's history
+  # is held partly in row 0's cache slots and partly in row 2's.
+  events = {2: (jnp.array([0, 1, 0]), {2: [9, 10, 11, 12]}), 4: (jnp.array([2, 1, 0]), {})}
+  for t in range(6):
+    if t in events:
+      rows, tails = events[t]
+      cache = beam_search.reorder_cache(cache, rows)
+      history = [list(history[int(r)]) for r in rows]
+      for row, tail in tails.items():
+        history[row] = history[row][:t] + tail
+    ids_Nx1 = jnp.asarray([[h[t - 1] if t else 0] for h in history], jnp.int32)
+    step_logits, cache = step_fn(ids_Nx1, jnp.int32(t), cache)
+    targets = jnp.asarray([h[:t] + [3] for h in history], jnp.int32)
+    full = teacher_forced(cfg)(params, inputs_NxS, targets)  # position t sees the prefix h[:t]
+    np.testing.assert_allclose(np.asarray(step_logits), np.asarray(full[:, t]), rtol=1e-5,
+                               atol=1e-5)
 
 
 # ----------------------------------------------------------------------------- the search alone
@@ -131,18 +167,19 @@ STATES = 7
 
 
 def synthetic_step_fn(table_BxTxMxV, beam_size):
-  """A toy decoder whose next-token logits depend on the whole prefix through a state kept in a
-  'cached_key' cache entry, so that a search that forgets to reorder the cache gets it wrong."""
+  """A toy decoder whose next-token logits depend on the whole prefix through a per-row state
+  kept in a cache entry the search reorders (named like the attention layers' beam tables), so
+  that a search that forgets to reorder the cache gets it wrong."""
   def step_fn(ids_Nx1, t, cache):
-    state_N = (cache["cached_key"] * 3 + ids_Nx1[:, 0]) % STATES
+    state_N = (cache["source_beams"] * 3 + ids_Nx1[:, 0]) % STATES
     sentence_N = jnp.arange(ids_Nx1.shape[0]) // beam_size
-    return table_BxTxMxV[sentence_N, t, state_N], {"cached_key": state_N}
+    return table_BxTxMxV[sentence_N, t, state_N], {"source_beams": state_N}
   return step_fn
 
 
 def synthetic_search(table_BxTxMxV, limit_B, beam_size, alpha, stop_early=True):
   batch, max_len = table_BxTxMxV.shape[:2]
-  cache = {"cached_key": jnp.zeros((batch * beam_size,), jnp.int32)}
+  cache = {"source_beams": jnp.zeros((batch * beam_size,), jnp.int32)}
   return beam_search.beam_search(synthetic_step_fn(table_BxTxMxV, beam_size), cache, limit_B,
                                  beam_size=beam_size, alpha=alpha, max_len=max_len,
                                  stop_early=stop_early)

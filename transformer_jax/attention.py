@@ -140,6 +140,7 @@ class MultiHeadAttention(nn.Module):
   kind: str = "self"
   incremental: bool = False
   max_decode_len: int = 0
+  beam_size: int = 1  # decoding: rows b*beam_size + j are the beams of sentence b
 
   def _project(self, name, x_BxLxD, size):
     cfg = self.config
@@ -165,26 +166,26 @@ class MultiHeadAttention(nn.Module):
     q_BxTxNxK = nn.with_logical_constraint(q_BxTxNxK, ("batch", "length", "heads", "kv"))
 
     impl = cfg.attention_impl
-    if self.incremental and self.kind == "cross":
-      k, v = self._cross_cache(x_kv_BxSxD)
-    elif self.incremental:
-      k, v, mask = self._self_cache(x_q_BxTxD, mask)
+    if self.incremental and self.kind == "self":
+      out_BxTxNxV = self._cached_self_attention(x_q_BxTxD, q_BxTxNxK)
     else:
-      k, v = self._keys_values(x_kv_BxSxD)
-    if self.incremental and impl == "cudnn":
-      _log_once("attention: decoding runs XLA's jax.nn.dot_product_attention (one query against "
-                "the KV cache; cuDNN's kernel is for whole sequences)")
-      impl = "dot_product_attention"
-
-    dropout_rng = None
-    if cfg.attention_dropout_rate > 0.0 and not deterministic:
-      dropout_rng = self.make_rng("dropout")
-    out_BxTxNxV, weights = dot_product_attention(
-        q_BxTxNxK, k, v, mask, dropout_rate=cfg.attention_dropout_rate,
-        dropout_rng=dropout_rng, deterministic=deterministic, impl=impl,
-        dtype=cfg.dtype)
-    if weights is not None:  # for attention maps; costs nothing unless 'intermediates' is mutable
-      self.sow("intermediates", "attention_weights", weights)
+      if self.incremental:
+        k, v = self._cross_cache(x_kv_BxSxD)
+      else:
+        k, v = self._keys_values(x_kv_BxSxD)
+      if self.incremental and impl == "cudnn":
+        _log_once("attention: decoding runs XLA's jax.nn.dot_product_attention (one query "
+                  "against the KV cache; cuDNN's kernel is for whole sequences)")
+        impl = "dot_product_attention"
+      dropout_rng = None
+      if cfg.attention_dropout_rate > 0.0 and not deterministic:
+        dropout_rng = self.make_rng("dropout")
+      out_BxTxNxV, weights = dot_product_attention(
+          q_BxTxNxK, k, v, mask, dropout_rate=cfg.attention_dropout_rate,
+          dropout_rng=dropout_rng, deterministic=deterministic, impl=impl,
+          dtype=cfg.dtype)
+      if weights is not None:  # for attention maps; costs nothing unless 'intermediates' is mutable
+        self.sow("intermediates", "attention_weights", weights)
 
     w_NxVxD = self.param(
         "out", nn.with_logical_partitioning(_proj_init((0, 1), 2), ("heads", "kv", "embed")),
@@ -204,26 +205,79 @@ class MultiHeadAttention(nn.Module):
       return k, v
     return self.get_variable("cache", "cross_key"), self.get_variable("cache", "cross_value")
 
-  def _self_cache(self, x_BxTxD, mask: Mask | None):
-    """Writes this step's key/value at the cache index and attends over positions <= index."""
+  def _cached_self_attention(self, x_NxTxD, q_NxTxHxK):
+    """Decoder self-attention of one new position against the cache.
+
+    Each row writes its key/value for position i into its own row of the buffer, and
+    `source_beams[n, s]` says which beam of row n's sentence holds position s of row n's
+    history. Beam search reorders hypotheses by permuting that small int32 table
+    (beam_search.reorder_cache), never the [rows, positions, heads, d] buffers, and every
+    (row, position) slot is written once, at step `position`, by the hypothesis then in that
+    row. Attention reads the history through the table without gathering the buffers: each
+    query is scored against the keys of every beam of its sentence (beam_size times a
+    one-query dot product, which reads each cached key once), and the table picks, per
+    position, the beam whose score counts (`cached_beam_attention`).
+    """
     cfg = self.config
     creating = not self.has_variable("cache", "cached_key")
-    batch = x_BxTxD.shape[0]
+    rows, length = x_NxTxD.shape[0], self.max_decode_len
     kv_dtype = jnp.dtype(cfg.dtype)
+    # Head-major buffers [H, N, L, d]: the per-step dots batch over heads and sentences with no
+    # transposed copy of the cache (a [N, L, H, d] buffer would be transposed every step).
     ck = self.variable("cache", "cached_key", jnp.zeros,
-                       (batch, self.max_decode_len, cfg.num_heads, cfg.d_k), kv_dtype)
+                       (cfg.num_heads, rows, length, cfg.d_k), kv_dtype)
     cv = self.variable("cache", "cached_value", jnp.zeros,
-                       (batch, self.max_decode_len, cfg.num_heads, cfg.d_v), kv_dtype)
+                       (cfg.num_heads, rows, length, cfg.d_v), kv_dtype)
+    beams = self.variable("cache", "source_beams", jnp.zeros, (rows, length), jnp.int32)
     index = self.variable("cache", "cache_index", lambda: jnp.array(0, jnp.int32))
-    k_new, v_new = self._keys_values(x_BxTxD)
+    k_new, v_new = self._keys_values(x_NxTxD)
     if creating:  # cache creation: nothing decoded yet, the output is discarded
-      return k_new, v_new, mask
-    if x_BxTxD.shape[1] != 1:
-      raise ValueError(f"decoding takes one position per call, got {x_BxTxD.shape[1]}")
+      return jnp.zeros(q_NxTxHxK.shape[:3] + (cfg.d_v,), cfg.dtype)
+    if x_NxTxD.shape[1] != 1:
+      raise ValueError(f"decoding takes one position per call, got {x_NxTxD.shape[1]}")
+    if rows % self.beam_size:
+      raise ValueError(f"{rows} decoding rows are not sentences x {self.beam_size} beams")
     i = index.value
-    ck.value = jax.lax.dynamic_update_slice(ck.value, k_new.astype(kv_dtype), (0, i, 0, 0))
-    cv.value = jax.lax.dynamic_update_slice(cv.value, v_new.astype(kv_dtype), (0, i, 0, 0))
+    k_HxNx1xK = jnp.transpose(k_new.astype(kv_dtype), (2, 0, 1, 3))  # one position: tiny
+    v_HxNx1xV = jnp.transpose(v_new.astype(kv_dtype), (2, 0, 1, 3))
+    ck.value = jax.lax.dynamic_update_slice(ck.value, k_HxNx1xK, (0, 0, i, 0))
+    cv.value = jax.lax.dynamic_update_slice(cv.value, v_HxNx1xV, (0, 0, i, 0))
+    own_Nx1 = (jnp.arange(rows, dtype=jnp.int32) % self.beam_size)[:, None]
+    beams.value = jax.lax.dynamic_update_slice(beams.value, own_Nx1, (0, i))
     index.value = i + 1
-    seen_1x1x1xS = (jnp.arange(self.max_decode_len) <= i)[None, None, None, :]
-    dense = seen_1x1x1xS if mask is None or mask.dense is None else jnp.logical_and(mask.dense, seen_1x1x1xS)
-    return ck.value, cv.value, Mask(dense)
+    seen_S = jnp.arange(length) <= i
+    return cached_beam_attention(q_NxTxHxK[:, 0], ck.value, cv.value, beams.value, seen_S,
+                                 self.beam_size, cfg.dtype)[:, None]
+
+
+def cached_beam_attention(q_NxHxK, k_HxNxSxK, v_HxNxSxV, beams_NxS, seen_S, beam_size: int,
+                          dtype=jnp.float32):
+  """Attention of one query per row over cached positions whose keys/values sit in other rows
+  of the same sentence: position s of row n is in row (n // beam_size) * beam_size +
+  beams_NxS[n, s]. The buffers are head-major [H, N, S, d]. Returns [N, H, V]; logits and
+  softmax in float32, unseen positions get zero weight (as dot_product_attention).
+
+  Each query is scored against the keys of all beam_size beams of its sentence (one batched
+  matmul over heads and sentences, [beams x d] @ [d x beams*S], reading each cached key once),
+  and the table picks, per position, the beam whose score counts; the values are read the same
+  way with the weights spread back over the beams.
+  """
+  heads, rows, length, d_k = k_HxNxSxK.shape
+  d_v = v_HxNxSxV.shape[-1]
+  b, k = rows // beam_size, beam_size
+  q_HxBxJxK = jnp.transpose(q_NxHxK * jnp.asarray(d_k**-0.5, q_NxHxK.dtype), (1, 0, 2)).reshape(
+      heads, b, k, d_k)
+  keys_HxBxMxK = k_HxNxSxK.reshape(heads, b, k * length, d_k)      # M = (beam, position)
+  values_HxBxMxV = v_HxNxSxV.reshape(heads, b, k * length, d_v).astype(dtype)
+  pick_BxJxKxS = jnp.transpose(jax.nn.one_hot(beams_NxS.reshape(b, k, length), k, dtype=bool),
+                               (0, 1, 3, 2))
+  all_HxBxJxM = jnp.einsum("hbjd,hbmd->hbjm", q_HxBxJxK, keys_HxBxMxK,
+                           preferred_element_type=jnp.float32)
+  all_HxBxJxKxS = all_HxBxJxM.reshape(heads, b, k, k, length)
+  logits_HxBxJxS = jnp.sum(jnp.where(pick_BxJxKxS[None], all_HxBxJxKxS, 0.0), axis=3)
+  logits_HxBxJxS = jnp.where(seen_S, logits_HxBxJxS, _NEG_INF)
+  weights_HxBxJxS = jax.nn.softmax(logits_HxBxJxS, axis=-1)
+  spread_HxBxJxM = jnp.where(pick_BxJxKxS[None], weights_HxBxJxS[:, :, :, None, :], 0.0).reshape(
+      heads, b, k, k * length).astype(dtype)
+  out_HxBxJxV = jnp.einsum("hbjm,hbmd->hbjd", spread_HxBxJxM, values_HxBxMxV)
+  return jnp.transpose(out_HxBxJxV.reshape(heads, rows, d_v), (1, 0, 2))

@@ -64,14 +64,17 @@ def expand_to_beams(tree, beam_size: int):
 
 
 def _needs_reorder(path) -> bool:
-  # Only the self-attention buffers differ between the beams of one sentence; the cross-attention
-  # keys/values (same source) and the scalar cache index are left as they are.
+  # Only the self-attention layers' beam tables (`source_beams`, attention.py) follow the beams:
+  # the key/value buffers stay where they were written, the cross-attention keys/values are the
+  # same for every beam of a sentence, and the cache index is a scalar.
   names = {getattr(p, "key", getattr(p, "name", None)) for p in path}
-  return bool(names & {"cached_key", "cached_value"})
+  return "source_beams" in names
 
 
 def reorder_cache(cache, flat_rows_N):
-  """Gathers rows of the self-attention cache: new row r is old row flat_rows_N[r]."""
+  """New row r continues old row flat_rows_N[r] (a row of the same sentence): the
+  self-attention beam tables are gathered (int32 [rows, positions], not the key/value
+  buffers, which attention reads through them)."""
   def gather(path, x):
     return jnp.take(x, flat_rows_N, axis=0) if _needs_reorder(path) else x
   return jax.tree_util.tree_map_with_path(gather, cache)
@@ -128,7 +131,7 @@ def beam_search(step_fn: StepFn, cache, limit_B, *, beam_size: int, alpha: float
 
   Args:
     step_fn: (ids [B*K, 1], position, cache) -> (logits [B*K, V], cache).
-    cache: the decoder cache, already expanded to B*K rows (see `expand_to_beams`).
+    cache: the decoder cache for the B*K rows (row b*K + j: beam j of sentence b).
     limit_B: int32 [B], the longest output of each sentence in tokens, EOS included
       (clipped to [1, max_len]).
     beam_size: k.

@@ -47,13 +47,16 @@ def init_cache(model_cfg: ModelConfig, params, encoded_BxSxD, inputs_BxS, max_de
   return variables["cache"]
 
 
-def make_step_fn(model_cfg: ModelConfig, params, encoded_NxSxD, inputs_NxS, max_decode_len: int):
+def make_step_fn(model_cfg: ModelConfig, params, encoded_NxSxD, inputs_NxS, max_decode_len: int,
+                 beam_size: int = 1):
   """A `beam_search.StepFn`: one decoder position for N rows over the cache.
 
   `inputs_NxS` supplies the source padding mask; `encoded_NxSxD` is not read after the cache
-  exists (the cross-attention keys/values are in it).
+  exists (the cross-attention keys/values are in it). Rows b*beam_size + j are the beams of
+  sentence b (the self-attention caches are read by beam, attention.py).
   """
-  model = Transformer(model_cfg, incremental=True, max_decode_len=max_decode_len)
+  model = Transformer(model_cfg, incremental=True, max_decode_len=max_decode_len,
+                      beam_size=beam_size)
 
   def step_fn(ids_Nx1, position, cache):
     positions_Nx1 = jnp.full(ids_Nx1.shape, position, jnp.int32)
@@ -77,10 +80,11 @@ def beam_decode(model_cfg: ModelConfig, params, inputs_BxS, *, beam_size: int = 
   model_cfg, params = unstack_layers(model_cfg, params)
   max_len = buffer_length(model_cfg, inputs_BxS.shape[1], max_extra_len)
   encoded_BxSxD = encode(model_cfg, params, inputs_BxS)
-  cache = init_cache(model_cfg, params, encoded_BxSxD, inputs_BxS, max_len)
-  cache = beam_search.expand_to_beams(cache, beam_size)
   encoded_NxSxD, inputs_NxS = beam_search.expand_to_beams((encoded_BxSxD, inputs_BxS), beam_size)
-  step_fn = make_step_fn(model_cfg, params, encoded_NxSxD, inputs_NxS, max_len)
+  # The cache is made for the B*K rows directly (the head-major self-attention buffers have
+  # their rows on axis 1; the cross-attention keys/values are projected for each beam's row).
+  cache = init_cache(model_cfg, params, encoded_NxSxD, inputs_NxS, max_len)
+  step_fn = make_step_fn(model_cfg, params, encoded_NxSxD, inputs_NxS, max_len, beam_size)
   limit_B = output_limits(inputs_BxS, max_extra_len, max_len)
   return beam_search.beam_search(step_fn, cache, limit_B, beam_size=beam_size, alpha=alpha,
                                  max_len=max_len, stop_early=stop_early)

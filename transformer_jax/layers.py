@@ -87,12 +87,14 @@ class DecoderLayer(nn.Module):
   config: ModelConfig
   incremental: bool = False
   max_decode_len: int = 0
+  beam_size: int = 1  # decoding: rows are sentences x beams (row b*beam_size + j)
 
   @nn.compact
   def __call__(self, y_BxTxD, encoded_BxSxD, self_mask, cross_mask, deterministic=True):
     cfg = self.config
     self_attn = MultiHeadAttention(cfg, kind="self", incremental=self.incremental,
-                                   max_decode_len=self.max_decode_len, name="self_attention")
+                                   max_decode_len=self.max_decode_len, beam_size=self.beam_size,
+                                   name="self_attention")
     y_BxTxD = SublayerConnection(cfg, name="self_attention_block")(
         y_BxTxD, lambda h: self_attn(h, h, self_mask, deterministic), deterministic)
     cross_attn = MultiHeadAttention(cfg, kind="cross", incremental=self.incremental,

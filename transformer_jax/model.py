@@ -133,6 +133,7 @@ class Decoder(nn.Module):
   output_embedding: Embedding | None = None  # untied pre-softmax projection
   incremental: bool = False
   max_decode_len: int = 0
+  beam_size: int = 1  # decoding: rows are sentences x beams (attention.py reads caches by beam)
 
   @nn.compact
   def __call__(self, decoder_inputs_BxT, encoded_BxSxD, self_mask, cross_mask,
@@ -144,7 +145,8 @@ class Decoder(nn.Module):
     y_BxTxD = nn.Dropout(cfg.dropout_rate)(y_BxTxD, deterministic=deterministic)
     y_BxTxD = nn.with_logical_constraint(y_BxTxD, ("batch", "length", "embed"))
     y_BxTxD = _stack(DecoderLayer, cfg, cfg.num_decoder_layers, 5, self.incremental,
-                     incremental=self.incremental, max_decode_len=self.max_decode_len)(
+                     incremental=self.incremental, max_decode_len=self.max_decode_len,
+                     beam_size=self.beam_size)(
                          y_BxTxD, encoded_BxSxD, self_mask, cross_mask, deterministic)
     if cfg.pre_ln:
       y_BxTxD = layer_norm(cfg, "final_norm")(y_BxTxD)
@@ -161,6 +163,7 @@ class Transformer(nn.Module):
   config: ModelConfig
   incremental: bool = False
   max_decode_len: int = 0
+  beam_size: int = 1  # decoding: rows are sentences x beams (attention.py reads caches by beam)
 
   def setup(self):
     cfg = self.config
@@ -174,7 +177,8 @@ class Transformer(nn.Module):
       src, tgt, out = self.source_embedding, self.target_embedding, self.output_projection
     self.encoder = Encoder(cfg, embedding=src)
     self.decoder = Decoder(cfg, embedding=tgt, output_embedding=out,
-                           incremental=self.incremental, max_decode_len=self.max_decode_len)
+                           incremental=self.incremental, max_decode_len=self.max_decode_len,
+                           beam_size=self.beam_size)
 
   def encode(self, inputs_BxS, inputs_positions=None, inputs_segmentation=None, deterministic=True):
     return self.encoder(inputs_BxS, inputs_positions, inputs_segmentation, deterministic)
