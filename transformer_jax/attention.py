@@ -7,8 +7,10 @@ d_model -> h*d_k (queries, keys), d_model -> h*d_v (values) and h*d_v -> d_model
 The projections have no bias, as in tensor2tensor.
 
 Decoding (`incremental=True`) keeps, in the 'cache' collection:
-- self-attention: the keys/values of every position decoded so far, in a [B, max_decode_len]
-  buffer written one position per step, so a step projects one token, not the whole prefix;
+- self-attention: the keys/values of every position decoded so far, in head-major
+  [heads, rows, max_decode_len, d] buffers written one position per step (a step projects one
+  token, not the whole prefix), and a table of which beam holds each position of a row's
+  history, so that beam search reorders hypotheses without copying the buffers;
 - cross-attention: the keys/values of the encoder output, projected once when the cache is
   created and reused at every step.
 """
@@ -37,7 +39,8 @@ def dot_product_attention(q_BxTxNxK, k_BxSxNxK, v_BxSxNxV, mask: Mask | None = N
     'cudnn' (`jax.nn.dot_product_attention(implementation='cudnn')` with is_causal and
     per-example lengths; see `_cudnn_unsupported` for when it falls back to the dense mask).
   The logits and the softmax are computed in float32 whatever the compute dtype; masked keys get
-  exactly zero weight, and so do queries that have no key at all (padding rows).
+  exactly zero weight. A padding query (no key at all) outputs zeros with einsum and cudnn, and
+  an average of the values with XLA's dense-mask kernel; no loss or later layer reads it.
   """
   d_k = q_BxTxNxK.shape[-1]
   dense = None if mask is None else mask.dense
