@@ -34,7 +34,8 @@ def get_config(arg: str = "base"):
   parts = (arg or "base").split(",")
   model, gpu, extra = (parts + ["", ""])[:3]
   if model not in ("base", "big") or extra not in ("", "cudnn") or len(parts) > 3:
-    raise ValueError(f"configs/gpu.py:{arg}: expected base|big[,<gpu>][,cudnn]")
+    raise ValueError(f"configs/gpu.py:{arg}: the model is 'base' or 'big', optionally followed "
+                     "by ',<gpu>' and ',cudnn'")
   cudnn = extra == "cudnn"
   gpu = gpu or "h100"
   if gpu not in PEAK_FLOPS:

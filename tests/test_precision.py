@@ -102,7 +102,8 @@ def test_bf16_forward_has_bf16_matmuls_and_float32_statistics(attention_impl):
     ("configs/tpu.py", "base", "einsum", 512, 197e12),
     ("configs/tpu.py", "big,v5p", "einsum", 1024, 459e12),
     ("configs/gpu.py", "base", "dot_product_attention", 512, 989e12),
-    ("configs/gpu.py", "big,a100", "dot_product_attention", 1024, 312e12)])
+    ("configs/gpu.py", "big,a100", "dot_product_attention", 1024, 312e12),
+    ("configs/gpu.py", "base,h100,cudnn", "cudnn", 512, 989e12)])
 def test_presets(path, arg, impl, d_model, peak):
   import importlib  # pylint: disable=g-import-not-at-top
   module = importlib.import_module(path[:-3].replace("/", "."))
@@ -110,5 +111,7 @@ def test_presets(path, arg, impl, d_model, peak):
   assert c.model.dtype == "bfloat16" and c.model.attention_impl == impl
   assert c.model.d_model == d_model and c.train.peak_flops == peak
   assert (c.mesh.data, c.mesh.fsdp, c.mesh.tensor) == (-1, 1, 1)
+  # cuDNN's kernel needs per-row lengths: bucketed rows; otherwise packed rows (measured better)
+  assert c.data.batch_mode == ("bucket" if impl == "cudnn" else "pack")
   with pytest.raises(ValueError, match="base' or 'big"):
     module.get_config("huge")
