@@ -171,15 +171,10 @@ class MultiHeadAttention(nn.Module):
     impl = cfg.attention_impl
     if self.incremental and self.kind == "self":
       out_BxTxNxV = self._cached_self_attention(x_q_BxTxD, q_BxTxNxK)
+    elif self.incremental:
+      out_BxTxNxV = self._cached_cross_attention(x_kv_BxSxD, q_BxTxNxK, mask)
     else:
-      if self.incremental:
-        k, v = self._cross_cache(x_kv_BxSxD)
-      else:
-        k, v = self._keys_values(x_kv_BxSxD)
-      if self.incremental and impl == "cudnn":
-        _log_once("attention: decoding runs XLA's jax.nn.dot_product_attention (one query "
-                  "against the KV cache; cuDNN's kernel is for whole sequences)")
-        impl = "dot_product_attention"
+      k, v = self._keys_values(x_kv_BxSxD)
       dropout_rng = None
       if cfg.attention_dropout_rate > 0.0 and not deterministic:
         dropout_rng = self.make_rng("dropout")
@@ -199,14 +194,28 @@ class MultiHeadAttention(nn.Module):
       out_BxTxD = rows_matmul(out_BxTxH, w_NxVxD.astype(cfg.dtype).reshape(-1, cfg.d_model))
     return nn.with_logical_constraint(out_BxTxD, ("batch", "length", "embed"))
 
-  def _cross_cache(self, x_kv_BxSxD):
-    """Encoder keys/values: projected when the cache is created, then read at every step."""
+  def _cached_cross_attention(self, x_kv_NxSxD, q_NxTxHxK, mask: Mask | None):
+    """Decoder cross-attention of one position over the encoder output, whose keys/values are
+    projected when the cache is created and kept head-major [N, H, S, d] (so the per-step dots
+    need no transposed copy of them). Whatever `model.attention_impl` says: decoding reads its
+    caches with these one-query einsums (cuDNN's kernel is for whole sequences)."""
+    cfg = self.config
     if not self.has_variable("cache", "cross_key"):
-      k, v = self._keys_values(x_kv_BxSxD)
-      self.variable("cache", "cross_key", lambda: k)
-      self.variable("cache", "cross_value", lambda: v)
-      return k, v
-    return self.get_variable("cache", "cross_key"), self.get_variable("cache", "cross_value")
+      k, v = self._keys_values(x_kv_NxSxD)
+      self.variable("cache", "cross_key", lambda: jnp.transpose(k, (0, 2, 1, 3)))
+      self.variable("cache", "cross_value", lambda: jnp.transpose(v, (0, 2, 1, 3)))
+    k_NxHxSxK = self.get_variable("cache", "cross_key")
+    v_NxHxSxV = self.get_variable("cache", "cross_value")
+    d_k = q_NxTxHxK.shape[-1]
+    q_NxHxK = q_NxTxHxK[:, 0] * jnp.asarray(d_k**-0.5, q_NxTxHxK.dtype)
+    logits_NxHxS = jnp.einsum("nhd,nhsd->nhs", q_NxHxK, k_NxHxSxK,
+                              preferred_element_type=jnp.float32)
+    if mask is not None and mask.dense is not None:
+      keep_Nx1xS = mask.dense[:, 0, 0][:, None, :]  # [N, 1, 1, S]: one query, source padding
+      logits_NxHxS = jnp.where(keep_Nx1xS, logits_NxHxS, _NEG_INF)
+    weights_NxHxS = jax.nn.softmax(logits_NxHxS, axis=-1).astype(cfg.dtype)
+    out_NxHxV = jnp.einsum("nhs,nhsd->nhd", weights_NxHxS, v_NxHxSxV.astype(cfg.dtype))
+    return out_NxHxV[:, None]
 
   def _cached_self_attention(self, x_NxTxD, q_NxTxHxK):
     """Decoder self-attention of one new position against the cache.
