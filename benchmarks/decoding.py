@@ -135,8 +135,8 @@ def time_step_at_positions(cfg: ModelConfig, params, rows: int, positions: Seque
   inputs_NxS = jnp.asarray(np.random.RandomState(0).randint(3, cfg.vocab_size, (rows, SOURCE_WIDTH)),
                            jnp.int32)
   encoded_NxSxD = jax.jit(decode.encode, static_argnums=0)(cfg, params, inputs_NxS)
-  cache = jax.jit(decode.init_cache, static_argnums=(0, 4))(cfg, params, encoded_NxSxD,
-                                                           inputs_NxS, buffer)
+  cache = jax.jit(decode.init_cache, static_argnums=(0, 4, 5))(cfg, params, encoded_NxSxD,
+                                                              inputs_NxS, buffer, beam_size)
 
   def model_step(params, encoded, inputs, ids, t, cache):
     return decode.make_step_fn(cfg, params, encoded, inputs, buffer, beam_size)(ids, t, cache)

@@ -139,7 +139,7 @@ def test_decoding_through_reordered_beam_tables_matches_teacher_forcing():
   history = [[3, 4, 5, 6, 7, 8], [8, 9, 10, 11, 12, 3], [9, 10, 11, 3, 4, 5]]
   buffer = 7
   encoded = decode.encode(cfg, params, inputs_NxS)
-  cache = decode.init_cache(cfg, params, encoded, inputs_NxS, buffer)
+  cache = decode.init_cache(cfg, params, encoded, inputs_NxS, buffer, beam_size=3)
   step_fn = jax.jit(decode.make_step_fn(cfg, params, encoded, inputs_NxS, buffer, beam_size=3))
   # One sentence of three beams (the same source twice, another once: the decoder only sees
   # rows). At step 2, row 2 drops its own hypothesis and continues row 0's first two tokens with

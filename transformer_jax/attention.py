@@ -7,10 +7,10 @@ d_model -> h*d_k (queries, keys), d_model -> h*d_v (values) and h*d_v -> d_model
 The projections have no bias, as in tensor2tensor.
 
 Decoding (`incremental=True`) keeps, in the 'cache' collection:
-- self-attention: the keys/values of every position decoded so far, in head-major
-  [heads, rows, max_decode_len, d] buffers written one position per step (a step projects one
-  token, not the whole prefix), and a table of which beam holds each position of a row's
-  history, so that beam search reorders hypotheses without copying the buffers;
+- self-attention: the keys/values of every position decoded so far, in
+  [heads, sentences, max_decode_len x beams, d] buffers written one position per step (a step
+  projects one token, not the whole prefix), and a table of which beam holds each position of a
+  row's history, so that beam search reorders hypotheses without copying the buffers;
 - cross-attention: the keys/values of the encoder output, projected once when the cache is
   created and reused at every step.
 """
@@ -220,26 +220,29 @@ class MultiHeadAttention(nn.Module):
   def _cached_self_attention(self, x_NxTxD, q_NxTxHxK):
     """Decoder self-attention of one new position against the cache.
 
-    Each row writes its key/value for position i into its own row of the buffer, and
-    `source_beams[n, s]` says which beam of row n's sentence holds position s of row n's
-    history. Beam search reorders hypotheses by permuting that small int32 table
-    (beam_search.reorder_cache), never the [rows, positions, heads, d] buffers, and every
-    (row, position) slot is written once, at step `position`, by the hypothesis then in that
-    row. Attention reads the history through the table without gathering the buffers: each
-    query is scored against the keys of every beam of its sentence (beam_size times a
-    one-query dot product, which reads each cached key once), and the table picks, per
-    position, the beam whose score counts (`cached_beam_attention`).
+    Each row writes its key/value for position i into its own slot, and `source_beams[n, s]`
+    says which beam of row n's sentence holds position s of row n's history. Beam search
+    reorders hypotheses by permuting that small int32 table (beam_search.reorder_cache), never
+    the key/value buffers, and every (row, position) slot is written once, at step `position`,
+    by the hypothesis then in that row. Attention reads the history through the table without
+    gathering the buffers (`cached_beam_attention`).
+
+    The buffers are [heads, sentences, positions x beams, d]: head-major, so the per-step
+    matmuls batch over heads and sentences, and position-major within a sentence, so one step
+    writes one contiguous [beams, d] slice per head and sentence and the matmuls read the
+    buffer as it is (with a reshape between the in-place update and the read, XLA copies the
+    whole buffer every step).
     """
     cfg = self.config
     creating = not self.has_variable("cache", "cached_key")
-    rows, length = x_NxTxD.shape[0], self.max_decode_len
+    rows, length, k = x_NxTxD.shape[0], self.max_decode_len, self.beam_size
+    if rows % k:
+      raise ValueError(f"{rows} decoding rows are not sentences x {k} beams")
     kv_dtype = jnp.dtype(cfg.dtype)
-    # Head-major buffers [H, N, L, d]: the per-step dots batch over heads and sentences with no
-    # transposed copy of the cache (a [N, L, H, d] buffer would be transposed every step).
     ck = self.variable("cache", "cached_key", jnp.zeros,
-                       (cfg.num_heads, rows, length, cfg.d_k), kv_dtype)
+                       (cfg.num_heads, rows // k, length * k, cfg.d_k), kv_dtype)
     cv = self.variable("cache", "cached_value", jnp.zeros,
-                       (cfg.num_heads, rows, length, cfg.d_v), kv_dtype)
+                       (cfg.num_heads, rows // k, length * k, cfg.d_v), kv_dtype)
     beams = self.variable("cache", "source_beams", jnp.zeros, (rows, length), jnp.int32)
     index = self.variable("cache", "cache_index", lambda: jnp.array(0, jnp.int32))
     k_new, v_new = self._keys_values(x_NxTxD)
@@ -247,49 +250,47 @@ class MultiHeadAttention(nn.Module):
       return jnp.zeros(q_NxTxHxK.shape[:3] + (cfg.d_v,), cfg.dtype)
     if x_NxTxD.shape[1] != 1:
       raise ValueError(f"decoding takes one position per call, got {x_NxTxD.shape[1]}")
-    if rows % self.beam_size:
-      raise ValueError(f"{rows} decoding rows are not sentences x {self.beam_size} beams")
     i = index.value
-    k_HxNx1xK = jnp.transpose(k_new.astype(kv_dtype), (2, 0, 1, 3))  # one position: tiny
-    v_HxNx1xV = jnp.transpose(v_new.astype(kv_dtype), (2, 0, 1, 3))
-    ck.value = jax.lax.dynamic_update_slice(ck.value, k_HxNx1xK, (0, 0, i, 0))
-    cv.value = jax.lax.dynamic_update_slice(cv.value, v_HxNx1xV, (0, 0, i, 0))
-    own_Nx1 = (jnp.arange(rows, dtype=jnp.int32) % self.beam_size)[:, None]
+
+    def slot(x_Nx1xHxD):  # this position of every row: [heads, sentences, beams, d]
+      x_HxNxD = jnp.transpose(x_Nx1xHxD[:, 0].astype(kv_dtype), (1, 0, 2))
+      return x_HxNxD.reshape(x_HxNxD.shape[0], rows // k, k, x_HxNxD.shape[-1])
+    ck.value = jax.lax.dynamic_update_slice(ck.value, slot(k_new), (0, 0, i * k, 0))
+    cv.value = jax.lax.dynamic_update_slice(cv.value, slot(v_new), (0, 0, i * k, 0))
+    own_Nx1 = (jnp.arange(rows, dtype=jnp.int32) % k)[:, None]
     beams.value = jax.lax.dynamic_update_slice(beams.value, own_Nx1, (0, i))
     index.value = i + 1
     seen_S = jnp.arange(length) <= i
     return cached_beam_attention(q_NxTxHxK[:, 0], ck.value, cv.value, beams.value, seen_S,
-                                 self.beam_size, cfg.dtype)[:, None]
+                                 cfg.dtype)[:, None]
 
 
-def cached_beam_attention(q_NxHxK, k_HxNxSxK, v_HxNxSxV, beams_NxS, seen_S, beam_size: int,
-                          dtype=jnp.float32):
-  """Attention of one query per row over cached positions whose keys/values sit in other rows
-  of the same sentence: position s of row n is in row (n // beam_size) * beam_size +
-  beams_NxS[n, s]. The buffers are head-major [H, N, S, d]. Returns [N, H, V]; logits and
-  softmax in float32, unseen positions get zero weight (as dot_product_attention).
+def cached_beam_attention(q_NxHxK, k_HxBxMxK, v_HxBxMxV, beams_NxS, seen_S, dtype=jnp.float32):
+  """Attention of one query per row over cached positions whose keys/values may sit in other
+  beams of the same sentence.
 
-  Each query is scored against the keys of all beam_size beams of its sentence (one batched
-  matmul over heads and sentences, [beams x d] @ [d x beams*S], reading each cached key once),
-  and the table picks, per position, the beam whose score counts; the values are read the same
-  way with the weights spread back over the beams.
+  Rows are sentences x beams (row n = b * beams + j). The buffers are [H, B, M, d] with
+  M = positions x beams (m = s * beams + beam); position s of row n's history is the entry of
+  beam beams_NxS[n, s]. Each query is scored against the keys of all beams of its sentence in
+  one batched matmul ([beams x d] @ [d x M], reading each key once), the table picks per
+  position the beam whose score counts, and the values are read the same way with the weights
+  spread back over the beams. Returns [N, H, V]; logits and softmax in float32, unseen
+  positions get zero weight (as dot_product_attention).
   """
-  heads, rows, length, d_k = k_HxNxSxK.shape
-  d_v = v_HxNxSxV.shape[-1]
-  b, k = rows // beam_size, beam_size
+  heads, b, m, d_k = k_HxBxMxK.shape
+  rows, length = beams_NxS.shape
+  k = rows // b
+  d_v = v_HxBxMxV.shape[-1]
   q_HxBxJxK = jnp.transpose(q_NxHxK * jnp.asarray(d_k**-0.5, q_NxHxK.dtype), (1, 0, 2)).reshape(
       heads, b, k, d_k)
-  keys_HxBxMxK = k_HxNxSxK.reshape(heads, b, k * length, d_k)      # M = (beam, position)
-  values_HxBxMxV = v_HxNxSxV.reshape(heads, b, k * length, d_v).astype(dtype)
-  pick_BxJxKxS = jnp.transpose(jax.nn.one_hot(beams_NxS.reshape(b, k, length), k, dtype=bool),
-                               (0, 1, 3, 2))
-  all_HxBxJxM = jnp.einsum("hbjd,hbmd->hbjm", q_HxBxJxK, keys_HxBxMxK,
+  pick_BxJxSxK = jax.nn.one_hot(beams_NxS.reshape(b, k, length), k, dtype=bool)
+  all_HxBxJxM = jnp.einsum("hbjd,hbmd->hbjm", q_HxBxJxK, k_HxBxMxK,
                            preferred_element_type=jnp.float32)
-  all_HxBxJxKxS = all_HxBxJxM.reshape(heads, b, k, k, length)
-  logits_HxBxJxS = jnp.sum(jnp.where(pick_BxJxKxS[None], all_HxBxJxKxS, 0.0), axis=3)
+  all_HxBxJxSxK = all_HxBxJxM.reshape(heads, b, k, length, k)
+  logits_HxBxJxS = jnp.sum(jnp.where(pick_BxJxSxK[None], all_HxBxJxSxK, 0.0), axis=-1)
   logits_HxBxJxS = jnp.where(seen_S, logits_HxBxJxS, _NEG_INF)
   weights_HxBxJxS = jax.nn.softmax(logits_HxBxJxS, axis=-1)
-  spread_HxBxJxM = jnp.where(pick_BxJxKxS[None], weights_HxBxJxS[:, :, :, None, :], 0.0).reshape(
-      heads, b, k, k * length).astype(dtype)
-  out_HxBxJxV = jnp.einsum("hbjm,hbmd->hbjd", spread_HxBxJxM, values_HxBxMxV)
+  spread_HxBxJxM = jnp.where(pick_BxJxSxK[None], weights_HxBxJxS[..., None], 0.0).reshape(
+      heads, b, k, m).astype(dtype)
+  out_HxBxJxV = jnp.einsum("hbjm,hbmd->hbjd", spread_HxBxJxM, v_HxBxMxV.astype(dtype))
   return jnp.transpose(out_HxBxJxV.reshape(heads, rows, d_v), (1, 0, 2))

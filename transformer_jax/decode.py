@@ -38,9 +38,12 @@ def output_limits(inputs_BxS, max_extra_len: int, max_len: int):
   return jnp.clip(lengths_B + max_extra_len, 1, max_len)
 
 
-def init_cache(model_cfg: ModelConfig, params, encoded_BxSxD, inputs_BxS, max_decode_len: int):
-  """The decoder cache for B rows: empty self-attention buffers, projected encoder keys/values."""
-  model = Transformer(model_cfg, incremental=True, max_decode_len=max_decode_len)
+def init_cache(model_cfg: ModelConfig, params, encoded_BxSxD, inputs_BxS, max_decode_len: int,
+               beam_size: int = 1):
+  """The decoder cache for B rows (sentences x beam_size: the self-attention buffers are laid
+  out by sentence, attention.py): empty self-attention buffers, projected encoder keys/values."""
+  model = Transformer(model_cfg, incremental=True, max_decode_len=max_decode_len,
+                      beam_size=beam_size)
   start_Bx1 = jnp.zeros((inputs_BxS.shape[0], 1), jnp.int32)
   _, variables = model.apply({"params": params}, encoded_BxSxD, inputs_BxS, start_Bx1,
                              method=Transformer.decode, mutable=["cache"])
@@ -83,7 +86,7 @@ def beam_decode(model_cfg: ModelConfig, params, inputs_BxS, *, beam_size: int = 
   encoded_NxSxD, inputs_NxS = beam_search.expand_to_beams((encoded_BxSxD, inputs_BxS), beam_size)
   # The cache is made for the B*K rows directly (the head-major self-attention buffers have
   # their rows on axis 1; the cross-attention keys/values are projected for each beam's row).
-  cache = init_cache(model_cfg, params, encoded_NxSxD, inputs_NxS, max_len)
+  cache = init_cache(model_cfg, params, encoded_NxSxD, inputs_NxS, max_len, beam_size)
   step_fn = make_step_fn(model_cfg, params, encoded_NxSxD, inputs_NxS, max_len, beam_size)
   limit_B = output_limits(inputs_BxS, max_extra_len, max_len)
   return beam_search.beam_search(step_fn, cache, limit_B, beam_size=beam_size, alpha=alpha,
