@@ -94,11 +94,9 @@ def memory_headroom(config) -> dict:
   with sharding.mesh_context(mesh):
     compiled = fn.jitted.lower(abstract_state, abstract_batch).compile()
   out = {"compile_s": time.perf_counter() - t, "batch": f"{rows}x{length}"}
-  m = compiled.memory_analysis()
-  if m is not None:
-    need = (m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
-            + m.temp_size_in_bytes)
-    out.update(step_bytes=int(need), temp_bytes=int(m.temp_size_in_bytes))
+  memory = train_step.compiled_memory(compiled)
+  if memory:
+    out.update(step_bytes=train_step.step_bytes(memory), temp_bytes=memory["temp_bytes"])
   stats = jax.local_devices()[0].memory_stats() or {}
   if "bytes_limit" in stats:
     out["device_bytes_limit"] = int(stats["bytes_limit"])

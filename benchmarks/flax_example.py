@@ -49,3 +49,12 @@ def load_flax_wmt(folder: str, with_decode: bool = False):
     sys.path.remove(folder)
     for name in added + (["decode"] if with_decode else []):
       sys.modules.pop(name, None)  # their top-level names must not shadow anything later
+
+
+def check_command_line(argv, flax_wmt_dir: str | None) -> None:
+  """The side-by-sides' one-line errors: stray arguments, no --flax_wmt_dir."""
+  if len(argv) > 1:
+    raise ConfigError(f"unexpected arguments {' '.join(argv[1:])}")
+  if not flax_wmt_dir:
+    raise ConfigError("--flax_wmt_dir is required (a checkout of flax's examples/wmt)")
+

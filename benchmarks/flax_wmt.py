@@ -35,12 +35,12 @@ import numpy as np
 import optax
 
 from transformer_jax import errors, metrics, rng
-from transformer_jax.config import ConfigError, ModelConfig, parse_overrides
+from transformer_jax.config import ModelConfig, parse_overrides
 from transformer_jax.markdown import table
 from transformer_jax.special_ids import PAD_ID
 
 from benchmarks import report, train_step
-from benchmarks.flax_example import load_flax_wmt
+from benchmarks.flax_example import check_command_line, load_flax_wmt
 
 FLAX_DROPOUT = {"model.attention_dropout_rate": 0.1, "model.relu_dropout_rate": 0.1}
 
@@ -198,10 +198,7 @@ def markdown(r: dict) -> str:
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise ConfigError(f"unexpected arguments {' '.join(argv[1:])}")
-  if not _FLAX_WMT_DIR.value:
-    raise ConfigError("--flax_wmt_dir is required (a checkout of flax's examples/wmt)")
+  check_command_line(argv, _FLAX_WMT_DIR.value)
   overrides = dict(FLAX_DROPOUT, **parse_overrides(errors.OVERRIDE_ARGS))
   r = run(_FLAX_WMT_DIR.value, _SHAPES.value, _STEPS.value, _WARMUP.value, overrides, _RBG.value,
           _FLAX_UNROLLED.value, shlex.join(["python", "-m", "benchmarks.flax_wmt", *sys.argv[1:]]))

@@ -41,7 +41,7 @@ from transformer_jax.model import Transformer
 from transformer_jax.special_ids import EOS_ID
 
 from benchmarks import report, train_step
-from benchmarks.flax_example import load_flax_wmt
+from benchmarks.flax_example import check_command_line, load_flax_wmt
 
 ALPHA = 0.6
 
@@ -182,10 +182,7 @@ def markdown(r: dict) -> str:
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise ConfigError(f"unexpected arguments {' '.join(argv[1:])}")
-  if not _FLAX_WMT_DIR.value:
-    raise ConfigError("--flax_wmt_dir is required (a checkout of flax's examples/wmt)")
+  check_command_line(argv, _FLAX_WMT_DIR.value)
   r = run(_FLAX_WMT_DIR.value, _SENTENCES.value, _SOURCE_LEN.value, _BEAM.value, _EXTRA.value,
           _ROUNDS.value, shlex.join(["python", "-m", "benchmarks.flax_wmt_decode", *sys.argv[1:]]))
   text = markdown(r)

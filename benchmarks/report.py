@@ -98,12 +98,12 @@ def write(result: dict, text: str, out: str) -> None:
 
 
 def _train(r: dict) -> list[str]:
+  from benchmarks.train_step import step_bytes  # pylint: disable=g-import-not-at-top
   p = r["peak"]
   rows, notes = [], []
   for e in r["train"]:
     mem = e["memory"]
-    buffers = sum(mem.get(k, 0) for k in ("argument_bytes", "output_bytes", "temp_bytes"))
-    buffers -= mem.get("alias_bytes", 0)
+    buffers = step_bytes(mem)
     xla = e["xla_flops_per_step"] / e["model_flops_per_step"] if e["xla_flops_per_step"] else "n/a"
     rows.append([f"{e['name']} ({e['config']})",
                  e["batch"]["shape"] + (" packed" if e["batch"]["packed"] else ""),

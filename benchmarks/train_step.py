@@ -98,7 +98,7 @@ def synthetic_batch(config, rows: int, length: int, seed: int = 0) -> dict:
   return batch
 
 
-def _memory(compiled) -> dict:
+def compiled_memory(compiled) -> dict:
   """XLA's memory analysis of the compiled step (not every backend has one)."""
   try:
     m = compiled.memory_analysis()
@@ -107,6 +107,13 @@ def _memory(compiled) -> dict:
   keys = ("argument", "output", "alias", "temp", "generated_code")
   return {f"{k}_bytes": int(getattr(m, f"{k}_size_in_bytes")) for k in keys
           if hasattr(m, f"{k}_size_in_bytes")}
+
+
+def step_bytes(memory: dict) -> int:
+  """The buffers a compiled step needs (compiled_memory's): arguments + outputs not aliased to
+  them + temporaries."""
+  return (memory.get("argument_bytes", 0) + memory.get("output_bytes", 0)
+          - memory.get("alias_bytes", 0) + memory.get("temp_bytes", 0))
 
 
 def _xla_flops(compiled) -> float | None:
@@ -203,7 +210,7 @@ class Stepper:
         **step_timing(samples, tokens, flops, peak, self.devices),
         "xla_flops_per_step": _xla_flops(self.compiled),
         "page_faults_per_step": statistics.median(self.page_faults[-len(samples):]),
-        "memory": dict(_memory(self.compiled), process_peak_rss_bytes=resource.getrusage(
+        "memory": dict(compiled_memory(self.compiled), process_peak_rss_bytes=resource.getrusage(
             resource.RUSAGE_SELF).ru_maxrss * 1024),  # Linux reports kilobytes
         "loss_first_last": [self.losses[0], self.losses[-1]],
         "finite": bool(np.all(np.isfinite(self.losses))),
