@@ -7,8 +7,12 @@ Every score comes from the one evaluation, the evaluation CLI (`python -m transf
 --mode=eval`, run per checkpoint; its reports and translations land in WORKDIR/eval/):
 - dev BLEU (beam search, the config's beam and alpha) and dev perplexity of up to
   --curve_points kept checkpoints, against the training wall time at which each was written;
+- with --curve_test, the test score of each of those checkpoints too, and the wall time at which
+  the curve first reaches each --reach score (reported, never used to choose anything);
 - the test score of the average of the last --average checkpoints (and of the last one alone):
-  sacreBLEU with its signature and the paper-compatible tokenized BLEU;
+  sacreBLEU with its signature and the paper-compatible tokenized BLEU. With --average_choices
+  the number averaged is chosen on the dev split (the best dev sacreBLEU over all dev sentences),
+  so the test split chooses nothing;
 - sample test translations, and a few sentences through the `Translator` API.
 Writes experiments/results/<name>.{md,json,png}.
 """
@@ -23,10 +27,10 @@ import shlex
 import subprocess
 import sys
 
-from absl import app, flags, logging
+from absl import flags
 
 from experiments import plots
-from transformer_jax import markdown
+from transformer_jax import errors, markdown
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The trained workdir.", required=True)
 _NAME = flags.DEFINE_string("name", None, "Results file stem.", required=True)
@@ -36,6 +40,11 @@ _CURVE_POINTS = flags.DEFINE_integer("curve_points", 6, "Checkpoints on the BLEU
 _CURVE_SENTENCES = flags.DEFINE_integer("curve_sentences", 0, "Dev sentences for BLEU per curve point (0: all).")
 _TEST_SPLIT = flags.DEFINE_string("test_split", "test", "Split for the final score.")
 _ALSO_LAST = flags.DEFINE_bool("also_last", True, "Also score the last checkpoint alone on the test split.")
+_AVERAGE_CHOICES = flags.DEFINE_list(
+    "average_choices", [], "Numbers of last checkpoints to average, tried on the dev split; the "
+    "best dev sacreBLEU's is used for the test score (replaces --average).")
+_CURVE_TEST = flags.DEFINE_bool("curve_test", False, "Also score each curve checkpoint on the test split.")
+_REACH = flags.DEFINE_list("reach", [], "With --curve_test: report the wall time the test curve first reaches these sacreBLEU scores.")
 _NOTES = flags.DEFINE_string("notes", "", "Circumstances of the run worth recording (Markdown).")
 API_SENTENCES = [
     "A man rides a bike.",
@@ -94,10 +103,27 @@ def evaluate(workdir: str, split: str, step: int, *, average: int = 0, bleu_sent
     return json.load(f)
 
 
+def _numbers(flag, kind):
+  """The values of a list flag as `kind` (int: positive), or one error line naming the flag."""
+  from transformer_jax.config import ConfigError  # pylint: disable=g-import-not-at-top
+  try:
+    values = [kind(v) for v in flag.value]
+  except ValueError:
+    values = []
+  if len(values) != len(flag.value) or (kind is int and any(v < 1 for v in values)):
+    want = "positive whole numbers" if kind is int else "numbers"
+    raise ConfigError(f"--{flag.name}={','.join(flag.value)}: expected {want}, comma-separated")
+  return values
+
+
+def first_reaching(curve: list[dict], score: float) -> dict | None:
+  """The first curve point whose test sacreBLEU is at least `score` (None: never)."""
+  return next((c for c in curve if c.get("test_bleu", -1.0) >= score), None)
+
+
 def main(argv):
   del argv
-  if not flags.FLAGS["verbosity"].present:  # as the CLIs: progress, warnings, errors
-    logging.set_verbosity(logging.ERROR)
+  choices, reach = _numbers(_AVERAGE_CHOICES, int), _numbers(_REACH, float)
   import jax  # pylint: disable=g-import-not-at-top
   from transformer_jax import checkpoint  # pylint: disable=g-import-not-at-top
   from transformer_jax.translate import Translator  # pylint: disable=g-import-not-at-top
@@ -115,8 +141,16 @@ def main(argv):
     logged = min(train_rows, key=lambda r: abs(r["step"] - s))  # the nearest logged step
     curve.append({"step": s, "wall_minutes": logged["minutes"], "dev_bleu": dev["sacrebleu"],
                   "dev_bleu_tokenized": dev["tokenized_bleu"], "dev_perplexity": dev["perplexity"]})
+    if _CURVE_TEST.value:
+      curve[-1]["test_bleu"] = evaluate(workdir, _TEST_SPLIT.value, s)["sacrebleu"]
     print(f"step {s}: dev sacreBLEU {dev['sacrebleu']:.2f}", flush=True)
-  final = evaluate(workdir, _TEST_SPLIT.value, last_step, average=average)
+  dev_averages = {}
+  for k in sorted({min(k, len(steps)) for k in choices}):  # averaging chosen on dev, all sentences
+    dev_averages[k] = evaluate(workdir, "validation", last_step, average=k if k > 1 else 0)["sacrebleu"]
+    print(f"average of last {k}: dev sacreBLEU {dev_averages[k]:.2f}", flush=True)
+  if dev_averages:
+    average = max(dev_averages, key=lambda k: (dev_averages[k], -k))  # ties: fewer checkpoints
+  final = evaluate(workdir, _TEST_SPLIT.value, last_step, average=average if average > 1 else 0)
   final_last = evaluate(workdir, _TEST_SPLIT.value, last_step) if _ALSO_LAST.value else None
   translator = Translator.from_workdir(workdir, average=average)
 
@@ -127,8 +161,10 @@ def main(argv):
       "config": config.to_dict(), "final_step": last_step,
       "train_wall_minutes": train_rows[-1]["minutes"], "final_train_metrics": train_rows[-1],
       "dev_metrics": dev_rows, "curve": curve, "curve_sentences": _CURVE_SENTENCES.value,
-      "averaged_checkpoints": average, "test_averaged": final, "test_last_checkpoint": final_last,
-      "samples": samples(workdir, final, _TEST_SPLIT.value, average),
+      "averaged_checkpoints": average, "dev_bleu_by_average": dev_averages,
+      "reach": {str(x): first_reaching(curve, x) for x in reach} if _CURVE_TEST.value else {},
+      "test_averaged": final, "test_last_checkpoint": final_last,
+      "samples": samples(workdir, final, _TEST_SPLIT.value, average if average > 1 else 0),
       "api_translations": list(zip(API_SENTENCES, translator.translate(API_SENTENCES))),
       "report_command": shlex.join(["python", "-m", "experiments.report_run", *sys.argv[1:]]),
       "notes": _NOTES.value,
@@ -157,6 +193,14 @@ def report_markdown(r: dict) -> str:
                  ["test tokenized BLEU, last checkpoint", last["tokenized_bleu"]]]
   measures.append(["beam, alpha", f"{avg['decode']['beam_size']}, {avg['decode']['alpha']}"])
   which = f"the first {r['curve_sentences']}" if r["curve_sentences"] else "all"
+  with_test = any("test_bleu" in c for c in r["curve"])
+  for score, point in r.get("reach", {}).items():
+    measures.append([f"wall time to test sacreBLEU {score}",
+                     f"{point['wall_minutes']:.1f} min (step {point['step']}, first curve point at or above)"
+                     if point else "not reached"])
+  if r.get("dev_bleu_by_average"):
+    measures.append(["checkpoints averaged, chosen on dev (dev sacreBLEU, all sentences)", ", ".join(
+        f"{k}: {v:.2f}" for k, v in sorted(r["dev_bleu_by_average"].items(), key=lambda kv: int(kv[0])))])
   lines = [
       f"# {r['name']}", "", f"Date: {r['date']}. Machine: {r['machine']}.", "",
       "Command:", "", "```", r["command"], r["report_command"], "```", "",
@@ -165,10 +209,13 @@ def report_markdown(r: dict) -> str:
       f"![BLEU vs wall time]({r['name']}.png)", "",
       "## Dev BLEU vs training wall time", "",
       f"Beam search on {which} dev sentences, one checkpoint at a time (no averaging); dev "
-      "perplexity on all of them.", "",
-      markdown.table(["step", "minutes", "dev sacreBLEU", "dev tokenized BLEU", "dev perplexity"],
+      "perplexity on all of them." + (" Test sacreBLEU of the same checkpoint on the whole test "
+                                      "split, reported only (nothing is chosen on it)." if with_test else ""), "",
+      markdown.table(["step", "minutes", "dev sacreBLEU", "dev tokenized BLEU", "dev perplexity"]
+                     + (["test sacreBLEU"] if with_test else []),
                      [[c["step"], f"{c['wall_minutes']:.1f}", c["dev_bleu"], c["dev_bleu_tokenized"],
-                       c["dev_perplexity"]] for c in r["curve"]]),
+                       c["dev_perplexity"]] + ([c.get("test_bleu")] if with_test else [])
+                      for c in r["curve"]]),
       "## Sample test translations (averaged checkpoint)", ""]
   for s in r["samples"]:
     if "source" in s:
@@ -185,4 +232,4 @@ def report_markdown(r: dict) -> str:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  errors.run(main)

@@ -605,6 +605,38 @@ def test_report_run_markdown_and_curve_points():
   assert _cells(md, "beam, alpha")[1] == "4, 0.6" and _cells(md, "dev perplexity (last eval)")[1] == "7.50"
   assert _cells(md, "500") == ["500", "6.0", "20.00", "21.00", "9.00"]
   assert "last checkpoint only" not in md and "- **hyp** Ein Mann." in md
+  assert "test sacreBLEU" not in md.split("## Dev BLEU")[1] and "wall time to" not in md
+
+
+def test_report_run_test_curve_reach_and_dev_chosen_average():
+  curve = [{"step": s, "wall_minutes": m, "dev_bleu": d, "dev_bleu_tokenized": d, "dev_perplexity": 7.0,
+            "test_bleu": t} for s, m, d, t in [(100, 5.0, 20.0, 19.0), (200, 10.0, 30.0, 35.2),
+                                               (300, 15.0, 31.0, 34.9), (400, 20.0, 33.0, 36.0)]]
+  assert report_run.first_reaching(curve, 35.0)["step"] == 200  # the first at or above, not the best
+  assert report_run.first_reaching(curve, 36.0)["step"] == 400
+  assert report_run.first_reaching(curve, 36.5) is None
+  score = {"sacrebleu": 36.5, "tokenized_bleu": 36.6, "sacrebleu_signature": "nrefs:1|x",
+           "decode": {"beam_size": 4, "alpha": 0.6}}
+  md = report_run.report_markdown({
+      "name": "m", "date": "2024-01-01", "machine": "x86_64", "command": "train", "report_command": "rep",
+      "final_step": 400, "train_wall_minutes": 20.0, "dev_metrics": [], "averaged_checkpoints": 3,
+      "dev_bleu_by_average": {"1": 33.0, "3": 33.4, "10": 33.1},
+      "reach": {"35": report_run.first_reaching(curve, 35), "37.67": None},
+      "test_averaged": score, "test_last_checkpoint": None, "curve": curve, "curve_sentences": 500,
+      "samples": [], "api_translations": [], "notes": ""})
+  assert _cells(md, "200")[-1] == "35.20"
+  assert _cells(md, "wall time to test sacreBLEU 35")[1].startswith("10.0 min (step 200")
+  assert _cells(md, "wall time to test sacreBLEU 37.67")[1] == "not reached"
+  assert _cells(md, "checkpoints averaged, chosen on dev (dev sacreBLEU, all sentences)")[1] == "1: 33.00, 3: 33.40, 10: 33.10"
+
+
+def test_report_run_rejects_bad_number_lists():
+  result = subprocess.run([sys.executable, "-m", "experiments.report_run", "--workdir=/nonexistent",
+                           "--name=x", "--average_choices=1,0"], capture_output=True, text=True,
+                          timeout=120, check=False)
+  assert result.returncode == 2, result.stderr[-2000:]
+  assert result.stderr.strip().splitlines()[-1] == (
+      "error: --average_choices=1,0: expected positive whole numbers, comma-separated")
 
 
 # --- a real run: 2 training steps of a tiny model, evaluated --------------------------------------
