@@ -1,0 +1,50 @@
+"""The Multi30k recipe pilot's commands and summary (experiments/multi30k_recipe.py)."""
+
+import json
+import shlex
+
+from experiments import multi30k_recipe
+from transformer_jax import config as config_lib
+
+
+def test_every_recipe_command_is_a_valid_training_command():
+  for name, (_, overrides) in multi30k_recipe.RECIPES.items():
+    argv = shlex.split(multi30k_recipe.command(name, "runs/m30k"))
+    assert argv[:4] == ["python", "-m", "transformer_jax.main", "--config=configs/multi30k.py"]
+    assert f"--workdir=runs/m30k/{name}" in argv
+    given, _ = config_lib.split_override_args(argv)
+    parsed = config_lib.parse_overrides(given)  # keys and values checked against the schema
+    c = config_lib.apply_overrides(config_lib.load_config_file("configs/multi30k.py"), parsed)
+    config_lib.validate(c)
+    assert c.train.max_train_minutes == multi30k_recipe.PILOT_MINUTES
+    for key, value in overrides.items():  # each recipe states its batch and rate explicitly
+      section, field = key.split(".")
+      assert c[section][field] == value
+
+
+def _metrics(path, rows):
+  with open(path / "metrics.jsonl", "w") as f:
+    f.writelines(json.dumps(r) + "\n" for r in rows)
+
+
+def test_summary_compares_at_equal_minutes(tmp_path):
+  start = 1000.0
+  for name, s_per_step in (("P0", 2.0), ("P1", 1.0)):
+    (tmp_path / name).mkdir()
+    rows = []
+    for step in range(50, 401, 50):
+      t = start + step * s_per_step
+      rows.append({"step": step, "split": "train", "time": t, "step_time": s_per_step, "perplexity": 50.0})
+      if step % 100 == 0:
+        rows.append({"step": step, "split": "dev", "time": t + 1, "perplexity": 1000.0 / step})
+    _metrics(tmp_path / name, rows)
+  data = multi30k_recipe.summarize(str(tmp_path))
+  assert set(data) == {"P0", "P1"}  # recipes without a run are left out
+  # P0 (2 s/step) has evaluated step 100 by minute 4 (200 s after start + 1 s); P1 step 200.
+  assert data["P0"]["dev_ppl_at"]["4"] == 10.0 and data["P1"]["dev_ppl_at"]["4"] == 5.0
+  assert data["P1"]["dev_ppl_end"] == 2.5 and data["P0"]["steps"] == 400
+  assert data["P0"]["dev_ppl_at_step"] == data["P1"]["dev_ppl_at_step"] == 2.5
+  assert data["P0"]["s_per_step"] == 2.0
+  files = multi30k_recipe.write(str(tmp_path), str(tmp_path))
+  text = open(files[0]).read()
+  assert "| P1 | half the batch" in text and "P2" not in text.split("Commands:")[0]
