@@ -192,6 +192,10 @@ def report_markdown(r: dict) -> str:
     measures += [["test sacreBLEU, last checkpoint only", last["sacrebleu"]],
                  ["test tokenized BLEU, last checkpoint", last["tokenized_bleu"]]]
   measures.append(["beam, alpha", f"{avg['decode']['beam_size']}, {avg['decode']['alpha']}"])
+  if avg.get("sentences_per_second"):
+    measures.append(["test decoding speed (averaged model)",
+                     f"{avg['sentences_per_second']:.1f} sentences/s ({avg['sentences']} sentences in "
+                     f"{avg['decode_seconds']:.1f} s, compilation included)"])
   which = f"the first {r['curve_sentences']}" if r["curve_sentences"] else "all"
   with_test = any("test_bleu" in c for c in r["curve"])
   for score, point in r.get("reach", {}).items():

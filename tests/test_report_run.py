@@ -1,0 +1,61 @@
+"""experiments/report_run.py: a finished training run turned into its results record."""
+
+import subprocess
+import sys
+
+from experiments import report_run
+from tests.common import table_row
+
+
+def test_report_run_markdown_and_curve_points():
+  assert report_run.curve_steps([200, 400, 600, 800, 1000], 3) == [200, 600, 1000]
+  assert report_run.curve_steps([5, 1], 6) == [1, 5]
+  score = {"sacrebleu": 30.123, "tokenized_bleu": 31.5, "sacrebleu_signature": "nrefs:1|x",
+           "decode": {"beam_size": 4, "alpha": 0.6}}
+  md = report_run.report_markdown({
+      "name": "m", "date": "2024-01-01", "machine": "x86_64", "command": "train", "report_command": "rep",
+      "final_step": 1000, "train_wall_minutes": 12.34, "dev_metrics": [{"perplexity": 7.5}],
+      "averaged_checkpoints": 3, "test_averaged": score, "test_last_checkpoint": None,
+      "curve": [{"step": 500, "wall_minutes": 6.0, "dev_bleu": 20.0, "dev_bleu_tokenized": 21.0,
+                 "dev_perplexity": 9.0}], "curve_sentences": 0,
+      "samples": [{"hypothesis": "Ein Mann."}], "api_translations": [("A man.", "Ein Mann.")],
+      "notes": ""})
+  assert table_row(md, "test sacreBLEU, average of last 3") == ["test sacreBLEU, average of last 3", "**30.12**"]
+  assert table_row(md, "beam, alpha")[1] == "4, 0.6" and table_row(md, "dev perplexity (last eval)")[1] == "7.50"
+  assert table_row(md, "500") == ["500", "6.0", "20.00", "21.00", "9.00"]
+  assert "last checkpoint only" not in md and "- **hyp** Ein Mann." in md
+  assert "test sacreBLEU" not in md.split("## Dev BLEU")[1] and "wall time to" not in md
+
+
+def test_report_run_test_curve_reach_and_dev_chosen_average():
+  curve = [{"step": s, "wall_minutes": m, "dev_bleu": d, "dev_bleu_tokenized": d, "dev_perplexity": 7.0,
+            "test_bleu": t} for s, m, d, t in [(100, 5.0, 20.0, 19.0), (200, 10.0, 30.0, 35.2),
+                                               (300, 15.0, 31.0, 34.9), (400, 20.0, 33.0, 36.0)]]
+  assert report_run.first_reaching(curve, 35.0)["step"] == 200  # the first at or above, not the best
+  assert report_run.first_reaching(curve, 36.0)["step"] == 400
+  assert report_run.first_reaching(curve, 36.5) is None
+  score = {"sacrebleu": 36.5, "tokenized_bleu": 36.6, "sacrebleu_signature": "nrefs:1|x",
+           "decode": {"beam_size": 4, "alpha": 0.6}, "sentences_per_second": 41.08,
+           "sentences": 1000, "decode_seconds": 24.34}
+  md = report_run.report_markdown({
+      "name": "m", "date": "2024-01-01", "machine": "x86_64", "command": "train", "report_command": "rep",
+      "final_step": 400, "train_wall_minutes": 20.0, "dev_metrics": [], "averaged_checkpoints": 3,
+      "dev_bleu_by_average": {"1": 33.0, "3": 33.4, "10": 33.1},
+      "reach": {"35": report_run.first_reaching(curve, 35), "37.67": None},
+      "test_averaged": score, "test_last_checkpoint": None, "curve": curve, "curve_sentences": 500,
+      "samples": [], "api_translations": [], "notes": ""})
+  assert table_row(md, "200")[-1] == "35.20"
+  assert table_row(md, "wall time to test sacreBLEU 35")[1].startswith("10.0 min (step 200")
+  assert table_row(md, "wall time to test sacreBLEU 37.67")[1] == "not reached"
+  assert table_row(md, "checkpoints averaged, chosen on dev (dev sacreBLEU, all sentences)")[1] == "1: 33.00, 3: 33.40, 10: 33.10"
+  assert table_row(md, "test decoding speed (averaged model)")[1] == (
+      "41.1 sentences/s (1000 sentences in 24.3 s, compilation included)")
+
+
+def test_report_run_rejects_bad_number_lists():
+  result = subprocess.run([sys.executable, "-m", "experiments.report_run", "--workdir=/nonexistent",
+                           "--name=x", "--average_choices=1,0"], capture_output=True, text=True,
+                          timeout=120, check=False)
+  assert result.returncode == 2, result.stderr[-2000:]
+  assert result.stderr.strip().splitlines()[-1] == (
+      "error: --average_choices=1,0: expected positive whole numbers, comma-separated")
