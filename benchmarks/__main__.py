@@ -14,7 +14,8 @@ from absl import flags, logging
 import numpy as np
 
 from transformer_jax import errors, metrics
-from transformer_jax.config import ConfigError, ModelConfig, parse_overrides
+from transformer_jax.config import ConfigError, ModelConfig
+from transformer_jax.overrides import parse_overrides
 
 from benchmarks import decoding, input_pipeline, report, train_step
 

@@ -31,7 +31,8 @@ import numpy as np
 from absl import flags, logging
 
 from transformer_jax import attention, errors, metrics, sharding, step
-from transformer_jax.config import ConfigError, ModelConfig, load, validate
+from transformer_jax.config import ConfigError, ModelConfig, validate
+from transformer_jax.overrides import load
 from transformer_jax.markdown import table
 
 from benchmarks import report, train_step

@@ -35,7 +35,8 @@ import numpy as np
 import optax
 
 from transformer_jax import errors, metrics, rng
-from transformer_jax.config import ModelConfig, parse_overrides
+from transformer_jax.config import ModelConfig
+from transformer_jax.overrides import parse_overrides
 from transformer_jax.markdown import table
 from transformer_jax.special_ids import PAD_ID
 

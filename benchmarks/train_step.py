@@ -19,8 +19,8 @@ import ml_collections
 import numpy as np
 
 from transformer_jax import attention, metrics, sharding, step
-from transformer_jax.config import (REPO, ConfigError, ModelConfig, apply_overrides,
-                                    load_config_file, validate)
+from transformer_jax.config import ConfigError, ModelConfig, validate
+from transformer_jax.overrides import REPO, apply_overrides, load_config_file
 from transformer_jax.special_ids import EOS_ID, PAD_ID
 
 from benchmarks import hlo_profile

@@ -26,7 +26,7 @@ from typing import Callable
 from absl import flags
 
 from transformer_jax import errors, markdown
-from transformer_jax.config import REPO
+from transformer_jax.overrides import REPO
 
 _ONLY = flags.DEFINE_list("only", [], "Run only these cases (names as in the table).")
 _KEEP = flags.DEFINE_bool("keep", False, "Keep the scratch folder (its path is printed).")

@@ -24,101 +24,15 @@ import datetime
 import functools
 import json
 import os
-import re
 import statistics
 
-from experiments import plots, sweeps
+from experiments import plots, results_files, sweeps
 from transformer_jax import markdown
-from transformer_jax.config import REPO, ConfigError, schema_default
+from transformer_jax.overrides import REPO
 
 PPL_CLEAR = 0.2    # |ΔPPL| of the paper at or above which a row's direction is clear
 BLEU_CLEAR = 0.3   # the same for ΔBLEU
 TOLERANCE_M = 3.0  # paper-scale parameter counts must match the paper within this (millions)
-_RESULT_NAME = re.compile(r"^(?P<row>.+)_seed(?P<seed>\d+)\.json$")
-
-
-def default_results_dir(sweep_name: str, scale_name: str) -> str:
-  return os.path.join(REPO, "experiments", "results", f"{sweep_name}_{scale_name}")
-
-
-def _read_json(path):
-  try:
-    with open(path, encoding="utf-8") as f:
-      return json.load(f)
-  except (OSError, ValueError):
-    return None
-
-
-# ----------------------------------------------------------------------------- result files
-
-def _added_later_at_default(key: str, ours: dict, theirs: dict) -> bool:
-  """A config key the code gained after `theirs` was written, set to its default (which is how
-  the code behaved before it existed): not a difference."""
-  if key in theirs or key not in ours:
-    return False
-  try:
-    return schema_default(key) == ours[key]
-  except ConfigError:
-    return False
-
-
-def protocol_difference(ours: dict, theirs: dict) -> str:
-  """The first field in which two protocols differ ('field: theirs there, ours now'); '' if none."""
-  for key in ours:
-    if key == "hash":
-      continue
-    a, b = ours.get(key), (theirs or {}).get(key)
-    if isinstance(a, dict) and isinstance(b, dict):
-      for sub in sorted(set(a) | set(b)):
-        if a.get(sub) != b.get(sub) and not _added_later_at_default(sub, a, b):
-          return f"{key}.{sub}: {b.get(sub)!r} there, {a.get(sub)!r} now"
-    elif a != b:
-      return f"{key}: {b!r} there, {a!r} now"
-  return ""
-
-
-def check_results_folder(results_dir: str, sweep, expected_protocol) -> None:
-  """ConfigError (one line naming the file and the field) for a result file of a row the sweep
-  lacks or of another protocol than `expected_protocol(row)`; nothing is changed."""
-  names = sorted(os.listdir(results_dir)) if os.path.isdir(results_dir) else []
-  for name in names:
-    if not name.endswith(".json") or name == "references.json":
-      continue
-    path, m = os.path.join(results_dir, name), _RESULT_NAME.match(name)
-    if not m:
-      raise ConfigError(f"{path}: not a result file (<row>_seed<k>.json) of experiments.run")
-    if m["row"] not in sweep.rows:
-      raise ConfigError(f"{path}: row '{m['row']}' is not a row of the sweep '{sweep.name}'; "
-                        "use another --results_dir")
-    data = _read_json(path)
-    if not isinstance(data, dict) or not isinstance(data.get("protocol"), dict):
-      raise ConfigError(f"{path}: unreadable result file (no 'protocol')")
-    diff = protocol_difference(expected_protocol(m["row"]), data["protocol"])
-    if diff:
-      raise ConfigError(f"{path} comes from another protocol ({diff}); use another "
-                        "--results_dir, or move that folder away to start anew")
-
-
-def load_results(results_dir: str) -> dict[str, dict[int, dict]]:
-  """{row: {seed: result}} of the result files in `results_dir`."""
-  out: dict[str, dict[int, dict]] = {}
-  for name in sorted(os.listdir(results_dir)) if os.path.isdir(results_dir) else []:
-    m = _RESULT_NAME.match(name)
-    data = _read_json(os.path.join(results_dir, name)) if m else None
-    if data is not None:
-      out.setdefault(m["row"], {})[int(m["seed"])] = data
-  return out
-
-
-def load_states(out: str) -> dict[tuple[str, int], dict]:
-  """{(row, seed): OUT/<row>/seed<k>/status.json} (failed and unfinished runs say why)."""
-  states = {}
-  for row in sorted(os.listdir(out)) if out and os.path.isdir(out) else []:
-    for sub in sorted(os.listdir(os.path.join(out, row))) if os.path.isdir(os.path.join(out, row)) else []:
-      state = _read_json(os.path.join(out, row, sub, "status.json"))
-      if state and sub.startswith("seed"):
-        states[(row, state.get("seed"))] = state
-  return states
 
 
 # ----------------------------------------------------------------------------- verdicts
@@ -427,10 +341,10 @@ def write_report(sweep, scale_name: str, results_dir: str, planned: dict[str, li
                  out: str = "") -> list[str]:
   """Writes <results_dir>.md, .json, _curves.png and .png (when there is something to plot);
   returns the paths written."""
-  results = load_results(results_dir)
-  refs = (_read_json(os.path.join(results_dir, "references.json")) or {}).get("references")
+  results = results_files.load_results(results_dir)
+  refs = (results_files.read_json(os.path.join(results_dir, "references.json")) or {}).get("references")
   params = _paper_params(sweep.spec) if "paper" in sweep.scales else {}
-  rows = summarize(sweep, results, planned, refs, load_states(out), params)
+  rows = summarize(sweep, results, planned, refs, results_files.load_states(out), params)
   stem = results_dir.rstrip("/")
   reading_path = stem + "_reading.md"
   reading = open(reading_path, encoding="utf-8").read() if os.path.exists(reading_path) else ""

@@ -34,7 +34,6 @@ import datetime
 import hashlib
 import json
 import os
-import platform
 import shlex
 import shutil
 import signal
@@ -44,9 +43,10 @@ import time
 
 from absl import flags
 
-from experiments import report, sweeps
+from experiments import report, results_files, sweeps
 from transformer_jax import errors
-from transformer_jax.config import REPO, ConfigError, parse_overrides
+from transformer_jax.config import ConfigError
+from transformer_jax.overrides import REPO, parse_overrides
 
 _SWEEP = flags.DEFINE_string("sweep", None, "Sweep file, e.g. experiments/table3.py.")
 _SCALE = flags.DEFINE_string("scale", "cpu", "Scale the rows are run at (paper, small, cpu, tiny).")
@@ -72,38 +72,6 @@ _ROW_TIMEOUT = flags.DEFINE_float("row_timeout_minutes", 0.0, "Stop a run's trai
 
 _CHILD: list = []              # the running subprocess, for SIGTERM forwarding
 _STOP = {"requested": False}
-
-
-def read_json(path):
-  """The JSON in `path`, or None when it is missing or unreadable."""
-  try:
-    with open(path) as f:
-      return json.load(f)
-  except (OSError, ValueError):
-    return None
-
-
-def _dump(path: str, obj) -> str:
-  tmp = path + f".tmp{os.getpid()}"
-  with open(tmp, "w", encoding="utf-8") as f:
-    json.dump(obj, f, indent=1, default=str, ensure_ascii=False)
-  return tmp
-
-
-def _write_json(path, obj):
-  os.replace(_dump(path, obj), path)
-
-
-def write_once(path: str, obj) -> bool:
-  """Writes `obj` to `path` atomically unless `path` exists (then nothing); True if written."""
-  tmp = _dump(path, obj)
-  try:
-    os.link(tmp, path)  # fails when `path` exists: a result is never replaced
-    return True
-  except FileExistsError:
-    return False
-  finally:
-    os.remove(tmp)
 
 
 # ----------------------------------------------------------------------------- subprocesses
@@ -171,7 +139,7 @@ def eval_command(workdir: str, bleu_sentences: int, python: str = "python") -> l
           "--split=validation", f"--bleu_sentences={bleu_sentences}"]
 
 
-# ----------------------------------------------------------------------------- one run's record
+# ----------------------------------------------------------------------------- the shared vocabulary
 
 def _share_vocab(out: str, workdir: str, config, direction: str) -> None:
   """One vocabulary for all runs: copied into a new workdir, or stashed from a trained one."""
@@ -186,78 +154,6 @@ def _share_vocab(out: str, workdir: str, config, direction: str) -> None:
     tmp = cache + f".tmp{os.getpid()}"
     shutil.copytree(run_vocab, tmp)
     os.replace(tmp, cache)
-
-
-def _metrics_rows(workdir: str, split: str) -> list[dict]:
-  try:
-    with open(os.path.join(workdir, "metrics.jsonl")) as f:
-      return [r for r in map(json.loads, filter(str.strip, f)) if r.get("split") == split]
-  except (OSError, ValueError):
-    return []
-
-
-def dev_curve(workdir: str) -> list[list[float]]:
-  """[[step, dev perplexity], ...] from metrics.jsonl (a step evaluated again after a resume: the
-  later value)."""
-  by_step = {r["step"]: r["perplexity"] for r in _metrics_rows(workdir, "dev") if "perplexity" in r}
-  return [[step, by_step[step]] for step in sorted(by_step)]
-
-
-def last_quarter_change(curve: list[list[float]]):
-  """Relative change of dev perplexity over the last quarter of training: from the last point at
-  or before 3/4 of the final step to the final point; None without two such points."""
-  if len(curve) < 2:
-    return None
-  end_step, end_ppl = curve[-1]
-  earlier = [p for p in curve[:-1] if p[0] <= 0.75 * end_step]
-  if not earlier:
-    return None
-  return {"from_step": earlier[-1][0], "to_step": end_step,
-          "relative_change": (end_ppl - earlier[-1][1]) / earlier[-1][1]}
-
-
-def machine() -> dict:
-  """This machine: the CPU model (/proc/cpuinfo), its cores, the accelerator-free platform."""
-  model = ""
-  try:
-    with open("/proc/cpuinfo") as f:
-      model = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "")
-  except OSError:
-    pass
-  return {"cpu": model or platform.processor() or platform.machine(), "cores": os.cpu_count(),
-          "platform": platform.platform(terse=True)}
-
-
-def build_result(res: sweeps.Resolved, seed: int, protocol: dict, workdir: str, evaluation: dict,
-                 sentences: list[dict], timing: dict, commands: dict) -> dict:
-  """The committed record of one finished (row, seed)."""
-  from transformer_jax.config import ModelConfig  # pylint: disable=g-import-not-at-top
-  from transformer_jax.params import count_params  # pylint: disable=g-import-not-at-top
-  curve = dev_curve(workdir)
-  steady = _metrics_rows(workdir, "train")[1:]  # the first log window holds the compilation
-  vocab = os.path.join(workdir, "vocab", "spm.model")
-  with open(vocab, "rb") as f:
-    vocab_sha = hashlib.sha256(f.read()).hexdigest()[:16]
-  decode = evaluation.get("decode") or {}
-  return {
-      "protocol": protocol, "row": res.row_id, "label": res.label, "seed": seed,
-      "step": evaluation.get("step"), "hparams": res.hparams,
-      "dev_loss": evaluation.get("loss"), "dev_nll": evaluation.get("nll"),
-      "dev_ppl": evaluation.get("perplexity"), "dev_tokens": evaluation.get("tokens"),
-      "bleu": evaluation.get("sacrebleu"), "bleu_signature": evaluation.get("sacrebleu_signature"),
-      "chrf": evaluation.get("chrf"), "bleu_tokenized": evaluation.get("tokenized_bleu"),
-      "bleu_sentences": evaluation.get("sentences"), "beam_size": decode.get("beam_size"),
-      "alpha": decode.get("alpha"),
-      "dev_ppl_curve": curve, "last_quarter": last_quarter_change(curve),
-      "train_minutes": timing["train_seconds"] / 60, "train_attempts": timing["train_attempts"],
-      "eval_minutes": timing["eval_seconds"] / 60,
-      "step_seconds": sum(r["step_time"] for r in steady) / len(steady) if steady else None,
-      "tokens_per_second": (sum(r["tokens_per_second"] for r in steady) / len(steady)
-                            if steady else None),
-      "params": count_params(ModelConfig.from_config(res.config.model)),
-      "vocab_sha256": vocab_sha, "commands": commands, "machine": machine(),
-      "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-      "hypotheses": [s["hypothesis"] for s in sentences]}
 
 
 # ----------------------------------------------------------------------------- one (row, seed)
@@ -278,14 +174,14 @@ def run_one(res: sweeps.Resolved, seed: int, out: str, results_dir: str, protoco
   eval_cmd = eval_command(workdir, res.bleu_sentences, python=sys.executable)
   timing_path = os.path.join(workdir, "timing.json")
   timing = dict({"train_seconds": 0.0, "train_attempts": 0, "eval_seconds": 0.0},
-                **(read_json(timing_path) or {}))
+                **(results_files.read_json(timing_path) or {}))
   target = res.config.train.num_steps
 
   def finish(status, error="", stage=""):
     state = {"row": res.row_id, "seed": seed, "status": status, "error": error, "stage": stage,
              "steps": latest_step(workdir), "target_steps": target,
              "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-    _write_json(os.path.join(workdir, "status.json"), state)
+    results_files._write_json(os.path.join(workdir, "status.json"), state)
     if error:
       log(f"  {name}: {status.upper() if status == 'failed' else status}: {error}")
     return state
@@ -298,7 +194,7 @@ def run_one(res: sweeps.Resolved, seed: int, out: str, results_dir: str, protoco
     rc, error = runner(train_cmd, os.path.join(workdir, "train.log"), timeout_s)
     timing["train_seconds"] += time.time() - start
     timing["train_attempts"] += 1
-    _write_json(timing_path, timing)
+    results_files._write_json(timing_path, timing)
     if rc != 0:
       return finish("failed", error, "train")
   step = latest_step(workdir)
@@ -314,8 +210,8 @@ def run_one(res: sweeps.Resolved, seed: int, out: str, results_dir: str, protoco
   start = time.time()
   rc, error = runner(eval_cmd, os.path.join(workdir, "eval.log"), 0.0)
   timing["eval_seconds"] = time.time() - start
-  _write_json(timing_path, timing)
-  evaluation = read_json(stem + ".json")
+  results_files._write_json(timing_path, timing)
+  evaluation = results_files.read_json(stem + ".json")
   if rc != 0 or evaluation is None:
     return finish("failed", error or f"the evaluation wrote no {stem}.json", "eval")
   with open(stem + ".jsonl", encoding="utf-8") as f:
@@ -323,11 +219,11 @@ def run_one(res: sweeps.Resolved, seed: int, out: str, results_dir: str, protoco
   references = {"split": "validation", "sentences": len(sentences),
                 "references": [s["reference"] for s in sentences]}
   refs_path = os.path.join(results_dir, "references.json")
-  if not write_once(refs_path, references) and read_json(refs_path) != references:
+  if not results_files.write_once(refs_path, references) and results_files.read_json(refs_path) != references:
     return finish("failed", f"its dev references differ from {refs_path}", "eval")
   commands = {"sweep": sweep_command, "train": shlex.join(train_cmd), "eval": shlex.join(eval_cmd)}
-  result = build_result(res, seed, protocol, workdir, evaluation, sentences, timing, commands)
-  if not write_once(result_path, result):
+  result = results_files.build_result(res, seed, protocol, workdir, evaluation, sentences, timing, commands)
+  if not results_files.write_once(result_path, result):
     log(f"  {name}: {result_path} appeared meanwhile; kept")
   state = finish("done", stage="eval")
   log(f"  {name}: done: dev PPL {result['dev_ppl']:.2f}, BLEU {result['bleu_tokenized']:.2f} "
@@ -363,13 +259,13 @@ def run_sweep(runs: list[tuple[sweeps.Resolved, int]], out: str, results_dir: st
 def _check_out(out: str, sweep_name: str, scale_name: str) -> None:
   """An OUT folder holds one sweep at one scale (OUT/sweep.json says which)."""
   path = os.path.join(out, "sweep.json")
-  previous = read_json(path)
+  previous = results_files.read_json(path)
   if previous and (previous.get("sweep"), previous.get("scale")) != (sweep_name, scale_name):
     raise ConfigError(f"--out={out} holds the sweep '{previous.get('sweep')}' at scale "
                       f"'{previous.get('scale')}'; use another --out for '{sweep_name}' at "
                       f"'{scale_name}'")
   os.makedirs(out, exist_ok=True)
-  _write_json(path, {"sweep": sweep_name, "scale": scale_name})
+  results_files._write_json(path, {"sweep": sweep_name, "scale": scale_name})
 
 
 def _print_commands(runs, out, launcher, commands_file, follow_args):
@@ -392,7 +288,7 @@ def _print_commands(runs, out, launcher, commands_file, follow_args):
 def plan(sweep, scale_name: str, rows: list[str], user_overrides: dict, base_config: str,
          bleu_sentences: int, seeds, base_seeds, results_dir: str):
   """(runs [(Resolved, seed)], protocols {row: protocol}) after checking every selected row and
-  the results folder (report.check_results_folder): a bad row or folder is a ConfigError."""
+  the results folder (results_files.check_results_folder): a bad row or folder is a ConfigError."""
   resolved = {}
 
   def protocol(row_id):
@@ -404,7 +300,7 @@ def plan(sweep, scale_name: str, rows: list[str], user_overrides: dict, base_con
     return sweeps.protocol(resolved[row_id], sweep)
 
   protocols = {r: protocol(r) for r in rows}
-  report.check_results_folder(results_dir, sweep, protocol)
+  results_files.check_results_folder(results_dir, sweep, protocol)
   runs = [(resolved[r], s) for r in rows
           for s in sweeps.seeds_of(sweep, scale_name, r, seeds, base_seeds)]
   return runs, protocols
@@ -422,7 +318,7 @@ def main(argv):
   seeds = sweeps.parse_seeds(_SEEDS.value, "--seeds") if _SEEDS.value is not None else None
   base_seeds = (sweeps.parse_seeds(_BASE_SEEDS.value, "--base_seeds")
                 if _BASE_SEEDS.value is not None else None)
-  results_dir = os.path.abspath(_RESULTS_DIR.value or report.default_results_dir(sweep.name, scale))
+  results_dir = os.path.abspath(_RESULTS_DIR.value or results_files.default_results_dir(sweep.name, scale))
   rows = sweeps.select_rows(sweep, _ROWS.value)
   runs, protocols = plan(sweep, scale, rows, user_overrides, _BASE_CONFIG.value,
                          _BLEU_SENTENCES.value, seeds, base_seeds, results_dir)

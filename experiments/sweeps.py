@@ -40,8 +40,8 @@ from typing import Any
 
 import ml_collections
 
-from transformer_jax.config import (ConfigError, apply_overrides, did_you_mean, load_config_file,
-                                    load_python_file, validate)
+from transformer_jax.config import ConfigError, did_you_mean, validate
+from transformer_jax.overrides import apply_overrides, load_config_file, load_python_file
 
 # The paper's base model (Table 3 row 'base'), the reference rows override.
 PAPER_BASE = {

@@ -25,3 +25,12 @@ TINY_CLI_FLAGS = [
     "--config.train.keep_checkpoints=10", "--config.train.progress_bar=False",
     "--config.train.peak_flops=1e11",
 ]
+
+
+def table_row(md: str, first: str) -> list[str]:
+  """The cells of the Markdown table row whose first cell is `first`."""
+  for line in md.splitlines():
+    cells = [c.strip() for c in line.strip().strip("|").split("|")]
+    if line.startswith("|") and cells[0] == first:
+      return cells
+  raise AssertionError(f"no table row {first!r}")

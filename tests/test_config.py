@@ -2,7 +2,7 @@
 
 import pytest
 
-from transformer_jax import config as config_lib
+from transformer_jax import overrides
 from transformer_jax.config import ConfigError, default_config, validate
 
 
@@ -53,12 +53,12 @@ def test_sharded_dims_follow_the_sharding_rules():
 # ----------------------------------------------------------------------------- the one override parser
 
 def test_overrides_are_typed_by_the_schema():
-  out = config_lib.parse_overrides(["--config.train.num_steps=50", "model.pre_ln=true",
+  out = overrides.parse_overrides(["--config.train.num_steps=50", "model.pre_ln=true",
                                     "--config.train.learning_rate_scale=2", "--config.data.dataset=x"])
   assert out == {"train.num_steps": 50, "model.pre_ln": True, "train.learning_rate_scale": 2.0,
                  "data.dataset": "x"}
   assert isinstance(out["train.learning_rate_scale"], float)
-  c = config_lib.apply_overrides(default_config(), out)
+  c = overrides.apply_overrides(default_config(), out)
   assert c.train.num_steps == 50 and c.model.pre_ln is True
 
 
@@ -72,7 +72,7 @@ def test_overrides_are_typed_by_the_schema():
 ])
 def test_override_mistakes_are_one_line(arg, match):
   with pytest.raises(ConfigError, match=match) as e:
-    config_lib.parse_overrides([arg])
+    overrides.parse_overrides([arg])
   assert "\n" not in str(e.value)
 
 
@@ -87,5 +87,5 @@ def test_config_file_mistakes_name_the_file_and_the_reason(tmp_path):
            ("configs/multi30k.py:long", "unknown variant 'long'")]
   for spec, match in cases:
     with pytest.raises(ConfigError) as e:
-      config_lib.load_config_file(spec)
+      overrides.load_config_file(spec)
     assert match in str(e.value) and "\n" not in str(e.value), (spec, str(e.value))

@@ -15,9 +15,10 @@ import pytest
 from absl import flags
 from ml_collections import config_flags
 
-from experiments import report, report_run, run, sweeps
-from tests.common import DATA_DIR, requires_data
-from transformer_jax.config import ConfigError, parse_overrides
+from experiments import report, results_files, run, sweeps
+from tests.common import DATA_DIR, requires_data, table_row
+from transformer_jax.config import ConfigError
+from transformer_jax.overrides import parse_overrides
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TABLE3 = "experiments/table3.py"
@@ -79,7 +80,7 @@ def test_table3_rows_and_the_papers_values(table3):
     assert table3.rows[row_id].paper.to_dict() == dict(zip(FIELDS, values)), row_id
 
 
-def test_table3_overrides_agree_with_the_papers_cells(table3):
+def test_table3_overrides_agree_with_the_paperstable_row(table3):
   """Each row's hyperparameters (reference + overrides) are the paper's cell, or base's if blank."""
   base = dict(zip(FIELDS, PAPER["base"]))
   for row_id, values in PAPER.items():
@@ -490,10 +491,10 @@ def test_error_line_picks_the_reason():
 
 
 def test_last_quarter_change():
-  assert run.last_quarter_change([[100, 20.0], [200, 12.0], [300, 10.0], [400, 9.5]]) == {
+  assert results_files.last_quarter_change([[100, 20.0], [200, 12.0], [300, 10.0], [400, 9.5]]) == {
       "from_step": 300, "to_step": 400, "relative_change": -0.05}
-  assert run.last_quarter_change([[400, 9.5]]) is None
-  assert run.last_quarter_change([[390, 9.6], [400, 9.5]]) is None  # no point at or before 3/4
+  assert results_files.last_quarter_change([[400, 9.5]]) is None
+  assert results_files.last_quarter_change([[390, 9.6], [400, 9.5]]) is None  # no point at or before 3/4
 
 
 # --- verdicts ---------------------------------------------------------------------------------
@@ -526,15 +527,6 @@ def test_clear_and_unchanged_rows_of_table3(table3):
 
 # --- the report -------------------------------------------------------------------------------
 
-def _cells(md: str, first: str) -> list[str]:
-  """The cells of the Markdown table row whose first cell is `first`."""
-  for line in md.splitlines():
-    cells = [c.strip() for c in line.strip().strip("|").split("|")]
-    if line.startswith("|") and cells[0] == first:
-      return cells
-  raise AssertionError(f"no table row {first!r}")
-
-
 def test_report_of_a_partial_sweep(table3, tmp_path):
   out, results = tmp_path / "sweep", tmp_path / "t3_tiny"
   scores = {("base", 0): (10.0, 20.0), ("base", 1): (10.1, 20.5), ("base", 2): (9.9, 19.5),
@@ -549,8 +541,8 @@ def test_report_of_a_partial_sweep(table3, tmp_path):
                 f"--results_dir={results}", f"--out={out}", timeout=120)
   assert result.returncode == 0, result.stderr
   md = (tmp_path / "t3_tiny.md").read_text()
-  head = _cells(md, "row")
-  row = lambda label: dict(zip(head, _cells(md, label)))  # noqa: E731
+  head = table_row(md, "row")
+  row = lambda label: dict(zip(head, table_row(md, label)))  # noqa: E731
   base, a_h1 = row("base"), row("(A) h=1, d_k=d_v=512")
   assert (base["PPL paper"], base["PPL ours"], base["BLEU ours"]) == ("4.92", "10.00 (9.90–10.10, n=3)",
                                                                     "20.0 (19.5–20.5, n=3)")
@@ -574,11 +566,11 @@ def test_report_of_a_partial_sweep(table3, tmp_path):
   assert "- Command: `python -m experiments.run" not in md  # runs made in-process record none
   assert "by more than 3M in: (C) d_model=1024, d_k=d_v=128 (163.8M vs 168M)" in md
   ran = md[md.index("## What each row ran"):]
-  head2 = _cells(ran, "row")
-  base_run = dict(zip(head2, _cells(ran, "base")))
+  head2 = table_row(ran, "row")
+  base_run = dict(zip(head2, table_row(ran, "base")))
   assert (base_run["d_model"], base_run["h"], base_run["steps"], base_run["seeds"]) == ("32", "8", "2", "0,1,2 of 0,1,2")
   assert base_run["last quarter ΔPPL"] == "-20.0% (-20.0%–-20.0%)" and base_run["status"] == "done"
-  assert dict(zip(head2, _cells(ran, "D_ls0")))["status"].startswith("failed; seed 1: failed:")
+  assert dict(zip(head2, table_row(ran, "D_ls0")))["status"].startswith("failed; seed 1: failed:")
   assert md.rstrip().endswith("## Reading\n\nOur reading: the tiny scale says nothing.")
   data = json.load(open(tmp_path / "t3_tiny.json"))
   by_row = {r["row"]: r for r in data["rows"]}
@@ -586,57 +578,6 @@ def test_report_of_a_partial_sweep(table3, tmp_path):
   assert by_row["A_h4"]["status"] == "pending" and by_row["base"]["ppl"]["n"] == 3
   assert (tmp_path / "t3_tiny_curves.png").stat().st_size > 10_000
   assert (tmp_path / "t3_tiny.png").stat().st_size > 10_000
-
-
-def test_report_run_markdown_and_curve_points():
-  assert report_run.curve_steps([200, 400, 600, 800, 1000], 3) == [200, 600, 1000]
-  assert report_run.curve_steps([5, 1], 6) == [1, 5]
-  score = {"sacrebleu": 30.123, "tokenized_bleu": 31.5, "sacrebleu_signature": "nrefs:1|x",
-           "decode": {"beam_size": 4, "alpha": 0.6}}
-  md = report_run.report_markdown({
-      "name": "m", "date": "2024-01-01", "machine": "x86_64", "command": "train", "report_command": "rep",
-      "final_step": 1000, "train_wall_minutes": 12.34, "dev_metrics": [{"perplexity": 7.5}],
-      "averaged_checkpoints": 3, "test_averaged": score, "test_last_checkpoint": None,
-      "curve": [{"step": 500, "wall_minutes": 6.0, "dev_bleu": 20.0, "dev_bleu_tokenized": 21.0,
-                 "dev_perplexity": 9.0}], "curve_sentences": 0,
-      "samples": [{"hypothesis": "Ein Mann."}], "api_translations": [("A man.", "Ein Mann.")],
-      "notes": ""})
-  assert _cells(md, "test sacreBLEU, average of last 3") == ["test sacreBLEU, average of last 3", "**30.12**"]
-  assert _cells(md, "beam, alpha")[1] == "4, 0.6" and _cells(md, "dev perplexity (last eval)")[1] == "7.50"
-  assert _cells(md, "500") == ["500", "6.0", "20.00", "21.00", "9.00"]
-  assert "last checkpoint only" not in md and "- **hyp** Ein Mann." in md
-  assert "test sacreBLEU" not in md.split("## Dev BLEU")[1] and "wall time to" not in md
-
-
-def test_report_run_test_curve_reach_and_dev_chosen_average():
-  curve = [{"step": s, "wall_minutes": m, "dev_bleu": d, "dev_bleu_tokenized": d, "dev_perplexity": 7.0,
-            "test_bleu": t} for s, m, d, t in [(100, 5.0, 20.0, 19.0), (200, 10.0, 30.0, 35.2),
-                                               (300, 15.0, 31.0, 34.9), (400, 20.0, 33.0, 36.0)]]
-  assert report_run.first_reaching(curve, 35.0)["step"] == 200  # the first at or above, not the best
-  assert report_run.first_reaching(curve, 36.0)["step"] == 400
-  assert report_run.first_reaching(curve, 36.5) is None
-  score = {"sacrebleu": 36.5, "tokenized_bleu": 36.6, "sacrebleu_signature": "nrefs:1|x",
-           "decode": {"beam_size": 4, "alpha": 0.6}}
-  md = report_run.report_markdown({
-      "name": "m", "date": "2024-01-01", "machine": "x86_64", "command": "train", "report_command": "rep",
-      "final_step": 400, "train_wall_minutes": 20.0, "dev_metrics": [], "averaged_checkpoints": 3,
-      "dev_bleu_by_average": {"1": 33.0, "3": 33.4, "10": 33.1},
-      "reach": {"35": report_run.first_reaching(curve, 35), "37.67": None},
-      "test_averaged": score, "test_last_checkpoint": None, "curve": curve, "curve_sentences": 500,
-      "samples": [], "api_translations": [], "notes": ""})
-  assert _cells(md, "200")[-1] == "35.20"
-  assert _cells(md, "wall time to test sacreBLEU 35")[1].startswith("10.0 min (step 200")
-  assert _cells(md, "wall time to test sacreBLEU 37.67")[1] == "not reached"
-  assert _cells(md, "checkpoints averaged, chosen on dev (dev sacreBLEU, all sentences)")[1] == "1: 33.00, 3: 33.40, 10: 33.10"
-
-
-def test_report_run_rejects_bad_number_lists():
-  result = subprocess.run([sys.executable, "-m", "experiments.report_run", "--workdir=/nonexistent",
-                           "--name=x", "--average_choices=1,0"], capture_output=True, text=True,
-                          timeout=120, check=False)
-  assert result.returncode == 2, result.stderr[-2000:]
-  assert result.stderr.strip().splitlines()[-1] == (
-      "error: --average_choices=1,0: expected positive whole numbers, comma-separated")
 
 
 # --- a real run: 2 training steps of a tiny model, evaluated --------------------------------------
@@ -664,7 +605,7 @@ def test_tiny_real_run_trains_evaluates_and_is_skipped_on_rerun(tmp_path):
 
 
 def test_a_config_key_added_later_at_its_default_is_the_same_protocol():
-  from experiments.report import protocol_difference  # pylint: disable=g-import-not-at-top
+  from experiments.results_files import protocol_difference  # pylint: disable=g-import-not-at-top
   ours = {"hash": "b", "num_steps": 3, "resolved": {"model.d_model": 64, "model.remat": "none"}}
   older = {"hash": "a", "num_steps": 3, "resolved": {"model.d_model": 64}}  # before remat existed
   assert protocol_difference(ours, older) == ""

@@ -4,20 +4,20 @@ import json
 import shlex
 
 from experiments import multi30k_recipe
-from transformer_jax import config as config_lib
+from transformer_jax import config as config_lib, overrides
 
 
 def test_every_recipe_command_is_a_valid_training_command():
-  for name, (_, overrides) in multi30k_recipe.RECIPES.items():
+  for name, (_, changes) in multi30k_recipe.RECIPES.items():
     argv = shlex.split(multi30k_recipe.command(name, "runs/m30k"))
     assert argv[:4] == ["python", "-m", "transformer_jax.main", "--config=configs/multi30k.py"]
     assert f"--workdir=runs/m30k/{name}" in argv
-    given, _ = config_lib.split_override_args(argv)
-    parsed = config_lib.parse_overrides(given)  # keys and values checked against the schema
-    c = config_lib.apply_overrides(config_lib.load_config_file("configs/multi30k.py"), parsed)
+    given, _ = overrides.split_override_args(argv)
+    parsed = overrides.parse_overrides(given)  # keys and values checked against the schema
+    c = overrides.apply_overrides(overrides.load_config_file("configs/multi30k.py"), parsed)
     config_lib.validate(c)
     assert c.train.max_train_minutes == multi30k_recipe.PILOT_MINUTES
-    for key, value in overrides.items():  # each recipe states its batch and rate explicitly
+    for key, value in changes.items():  # each recipe states its batch and rate explicitly
       section, field = key.split(".")
       assert c[section][field] == value
 

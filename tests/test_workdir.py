@@ -192,7 +192,7 @@ def test_a_failed_background_save_stops_in_one_line_and_removes_the_partial_fold
 
 
 def _tiny_config():
-  from transformer_jax.config import load_config_file  # pylint: disable=g-import-not-at-top
+  from transformer_jax.overrides import load_config_file  # pylint: disable=g-import-not-at-top
   cfg = load_config_file("configs/tiny.py")
   cfg.model.update(d_model=16, d_ff=32, num_heads=2, d_k=8, d_v=8, vocab_size=64,
                    num_encoder_layers=1, num_decoder_layers=1)

@@ -27,7 +27,7 @@ def user_errors() -> tuple[type[Exception], ...]:
 def parse_flags(argv: list[str]) -> list[str]:
   """absl flag parsing with the overrides taken out first (into OVERRIDE_ARGS) and a flag
   mistake reported as one line `error: ...`, exit status 2."""
-  from transformer_jax.config import split_override_args  # pylint: disable=g-import-not-at-top
+  from transformer_jax.overrides import split_override_args  # pylint: disable=g-import-not-at-top
   overrides, rest = split_override_args(argv[1:])
   OVERRIDE_ARGS[:] = overrides
   try:

@@ -33,7 +33,8 @@ import jax
 import ml_collections
 
 from transformer_jax import attention, bleu, files as files_lib, checkpoint, markdown, sharding, step as step_lib
-from transformer_jax.config import ConfigError, ModelConfig, apply_overrides, parse_overrides, validate
+from transformer_jax.config import ConfigError, ModelConfig, validate
+from transformer_jax.overrides import apply_overrides, parse_overrides
 
 # Config sections an evaluation may override on top of the checkpoint's config.
 EVAL_OVERRIDABLE = ("decode", "data", "mesh")

@@ -49,7 +49,8 @@ _PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index in 
 
 
 def main(argv):
-  from transformer_jax import config as config_lib, distributed, files as files_lib  # pylint: disable=g-import-not-at-top
+  from transformer_jax import config as config_lib, distributed  # pylint: disable=g-import-not-at-top
+  from transformer_jax import files as files_lib, overrides as overrides_lib  # pylint: disable=g-import-not-at-top
   if len(argv) > 1:
     raise config_lib.ConfigError(f"unexpected arguments: {' '.join(argv[1:])}")
   if _WORKDIR.value is None:
@@ -62,7 +63,7 @@ def main(argv):
   if mode == "train":
     if _CONFIG.value is None:
       raise config_lib.ConfigError("--config is required for --mode=train")
-    config = config_lib.load(_CONFIG.value, overrides)
+    config = overrides_lib.load(_CONFIG.value, overrides)
   distributed.enable_compilation_cache()
   distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   if mode == "train":

@@ -1,0 +1,205 @@
+"""A sweep's result files: one JSON per finished (row, seed), written once and never replaced,
+read back for the report, and checked against the protocol before anything runs.
+
+The results folder (default experiments/results/<sweep>_<scale>/, committed) holds
+`<row>_seed<k>.json` (`build_result`: the run's protocol, dev scores, dev-perplexity curve and
+its change over the last quarter, timing, machine, hypotheses) and the dev references
+(references.json). experiments/run.py writes them; experiments/report.py reads them.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import platform
+import re
+
+from experiments import sweeps
+from transformer_jax.config import ConfigError
+from transformer_jax.overrides import REPO, schema_default
+
+_RESULT_NAME = re.compile(r"^(?P<row>.+)_seed(?P<seed>\d+)\.json$")
+
+
+def default_results_dir(sweep_name: str, scale_name: str) -> str:
+  return os.path.join(REPO, "experiments", "results", f"{sweep_name}_{scale_name}")
+
+
+def _added_later_at_default(key: str, ours: dict, theirs: dict) -> bool:
+  """A config key the code gained after `theirs` was written, set to its default (which is how
+  the code behaved before it existed): not a difference."""
+  if key in theirs or key not in ours:
+    return False
+  try:
+    return schema_default(key) == ours[key]
+  except ConfigError:
+    return False
+
+
+def protocol_difference(ours: dict, theirs: dict) -> str:
+  """The first field in which two protocols differ ('field: theirs there, ours now'); '' if none."""
+  for key in ours:
+    if key == "hash":
+      continue
+    a, b = ours.get(key), (theirs or {}).get(key)
+    if isinstance(a, dict) and isinstance(b, dict):
+      for sub in sorted(set(a) | set(b)):
+        if a.get(sub) != b.get(sub) and not _added_later_at_default(sub, a, b):
+          return f"{key}.{sub}: {b.get(sub)!r} there, {a.get(sub)!r} now"
+    elif a != b:
+      return f"{key}: {b!r} there, {a!r} now"
+  return ""
+
+
+def check_results_folder(results_dir: str, sweep, expected_protocol) -> None:
+  """ConfigError (one line naming the file and the field) for a result file of a row the sweep
+  lacks or of another protocol than `expected_protocol(row)`; nothing is changed."""
+  names = sorted(os.listdir(results_dir)) if os.path.isdir(results_dir) else []
+  for name in names:
+    if not name.endswith(".json") or name == "references.json":
+      continue
+    path, m = os.path.join(results_dir, name), _RESULT_NAME.match(name)
+    if not m:
+      raise ConfigError(f"{path}: not a result file (<row>_seed<k>.json) of experiments.run")
+    if m["row"] not in sweep.rows:
+      raise ConfigError(f"{path}: row '{m['row']}' is not a row of the sweep '{sweep.name}'; "
+                        "use another --results_dir")
+    data = read_json(path)
+    if not isinstance(data, dict) or not isinstance(data.get("protocol"), dict):
+      raise ConfigError(f"{path}: unreadable result file (no 'protocol')")
+    diff = protocol_difference(expected_protocol(m["row"]), data["protocol"])
+    if diff:
+      raise ConfigError(f"{path} comes from another protocol ({diff}); use another "
+                        "--results_dir, or move that folder away to start anew")
+
+
+def load_results(results_dir: str) -> dict[str, dict[int, dict]]:
+  """{row: {seed: result}} of the result files in `results_dir`."""
+  out: dict[str, dict[int, dict]] = {}
+  for name in sorted(os.listdir(results_dir)) if os.path.isdir(results_dir) else []:
+    m = _RESULT_NAME.match(name)
+    data = read_json(os.path.join(results_dir, name)) if m else None
+    if data is not None:
+      out.setdefault(m["row"], {})[int(m["seed"])] = data
+  return out
+
+
+def load_states(out: str) -> dict[tuple[str, int], dict]:
+  """{(row, seed): OUT/<row>/seed<k>/status.json} (failed and unfinished runs say why)."""
+  states = {}
+  for row in sorted(os.listdir(out)) if out and os.path.isdir(out) else []:
+    for sub in sorted(os.listdir(os.path.join(out, row))) if os.path.isdir(os.path.join(out, row)) else []:
+      state = read_json(os.path.join(out, row, sub, "status.json"))
+      if state and sub.startswith("seed"):
+        states[(row, state.get("seed"))] = state
+  return states
+
+
+# ----------------------------------------------------------------------------- writing
+
+def read_json(path):
+  """The JSON in `path`, or None when it is missing or unreadable."""
+  try:
+    with open(path, encoding="utf-8") as f:
+      return json.load(f)
+  except (OSError, ValueError):
+    return None
+
+
+def _dump(path: str, obj) -> str:
+  tmp = path + f".tmp{os.getpid()}"
+  with open(tmp, "w", encoding="utf-8") as f:
+    json.dump(obj, f, indent=1, default=str, ensure_ascii=False)
+  return tmp
+
+
+def _write_json(path, obj):
+  os.replace(_dump(path, obj), path)
+
+
+def write_once(path: str, obj) -> bool:
+  """Writes `obj` to `path` atomically unless `path` exists (then nothing); True if written."""
+  tmp = _dump(path, obj)
+  try:
+    os.link(tmp, path)  # fails when `path` exists: a result is never replaced
+    return True
+  except FileExistsError:
+    return False
+  finally:
+    os.remove(tmp)
+
+
+# ----------------------------------------------------------------------------- one run's record
+
+def _metrics_rows(workdir: str, split: str) -> list[dict]:
+  try:
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+      return [r for r in map(json.loads, filter(str.strip, f)) if r.get("split") == split]
+  except (OSError, ValueError):
+    return []
+
+
+def dev_curve(workdir: str) -> list[list[float]]:
+  """[[step, dev perplexity], ...] from metrics.jsonl (a step evaluated again after a resume: the
+  later value)."""
+  by_step = {r["step"]: r["perplexity"] for r in _metrics_rows(workdir, "dev") if "perplexity" in r}
+  return [[step, by_step[step]] for step in sorted(by_step)]
+
+
+def last_quarter_change(curve: list[list[float]]):
+  """Relative change of dev perplexity over the last quarter of training: from the last point at
+  or before 3/4 of the final step to the final point; None without two such points."""
+  if len(curve) < 2:
+    return None
+  end_step, end_ppl = curve[-1]
+  earlier = [p for p in curve[:-1] if p[0] <= 0.75 * end_step]
+  if not earlier:
+    return None
+  return {"from_step": earlier[-1][0], "to_step": end_step,
+          "relative_change": (end_ppl - earlier[-1][1]) / earlier[-1][1]}
+
+
+def machine() -> dict:
+  """This machine: the CPU model (/proc/cpuinfo), its cores, the accelerator-free platform."""
+  model = ""
+  try:
+    with open("/proc/cpuinfo") as f:
+      model = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "")
+  except OSError:
+    pass
+  return {"cpu": model or platform.processor() or platform.machine(), "cores": os.cpu_count(),
+          "platform": platform.platform(terse=True)}
+
+
+def build_result(res: sweeps.Resolved, seed: int, protocol: dict, workdir: str, evaluation: dict,
+                 sentences: list[dict], timing: dict, commands: dict) -> dict:
+  """The committed record of one finished (row, seed)."""
+  from transformer_jax.config import ModelConfig  # pylint: disable=g-import-not-at-top
+  from transformer_jax.params import count_params  # pylint: disable=g-import-not-at-top
+  curve = dev_curve(workdir)
+  steady = _metrics_rows(workdir, "train")[1:]  # the first log window holds the compilation
+  vocab = os.path.join(workdir, "vocab", "spm.model")
+  with open(vocab, "rb") as f:
+    vocab_sha = hashlib.sha256(f.read()).hexdigest()[:16]
+  decode = evaluation.get("decode") or {}
+  return {
+      "protocol": protocol, "row": res.row_id, "label": res.label, "seed": seed,
+      "step": evaluation.get("step"), "hparams": res.hparams,
+      "dev_loss": evaluation.get("loss"), "dev_nll": evaluation.get("nll"),
+      "dev_ppl": evaluation.get("perplexity"), "dev_tokens": evaluation.get("tokens"),
+      "bleu": evaluation.get("sacrebleu"), "bleu_signature": evaluation.get("sacrebleu_signature"),
+      "chrf": evaluation.get("chrf"), "bleu_tokenized": evaluation.get("tokenized_bleu"),
+      "bleu_sentences": evaluation.get("sentences"), "beam_size": decode.get("beam_size"),
+      "alpha": decode.get("alpha"),
+      "dev_ppl_curve": curve, "last_quarter": last_quarter_change(curve),
+      "train_minutes": timing["train_seconds"] / 60, "train_attempts": timing["train_attempts"],
+      "eval_minutes": timing["eval_seconds"] / 60,
+      "step_seconds": sum(r["step_time"] for r in steady) / len(steady) if steady else None,
+      "tokens_per_second": (sum(r["tokens_per_second"] for r in steady) / len(steady)
+                            if steady else None),
+      "params": count_params(ModelConfig.from_config(res.config.model)),
+      "vocab_sha256": vocab_sha, "commands": commands, "machine": machine(),
+      "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+      "hypotheses": [s["hypothesis"] for s in sentences]}
