@@ -38,10 +38,16 @@ def _added_later_at_default(key: str, ours: dict, theirs: dict) -> bool:
     return False
 
 
+# Protocol fields that record how a run was launched rather than what it computed: the override
+# list is the difference between the row's config and its config file, so it changes when the
+# file's defaults move while the resolved config (compared key by key) stays the same.
+_LAUNCH_FIELDS = ("hash", "overrides")
+
+
 def protocol_difference(ours: dict, theirs: dict) -> str:
   """The first field in which two protocols differ ('field: theirs there, ours now'); '' if none."""
   for key in ours:
-    if key == "hash":
+    if key in _LAUNCH_FIELDS:
       continue
     a, b = ours.get(key), (theirs or {}).get(key)
     if isinstance(a, dict) and isinstance(b, dict):

@@ -612,3 +612,16 @@ def test_a_config_key_added_later_at_its_default_is_the_same_protocol():
   ours["resolved"]["model.remat"] = "layer"  # not the default: a different computation
   assert protocol_difference(ours, older) == "resolved.model.remat: None there, 'layer' now"
   assert protocol_difference(ours, {**older, "num_steps": 2}) == "num_steps: 2 there, 3 now"
+
+
+def test_the_same_config_reached_through_other_overrides_is_the_same_protocol():
+  # The config file's default moved to what the scale overrides: the override list shrinks, the
+  # resolved config does not change, and neither do the committed results.
+  from experiments.results_files import protocol_difference  # pylint: disable=g-import-not-at-top
+  before = {"hash": "a", "overrides": ["--config.data.tokens_per_batch=2048", "--config.model.d_model=64"],
+            "resolved": {"data.tokens_per_batch": 2048, "model.d_model": 64}}
+  now = {"hash": "b", "overrides": ["--config.model.d_model=64"],
+         "resolved": {"data.tokens_per_batch": 2048, "model.d_model": 64}}
+  assert protocol_difference(now, before) == ""
+  now["resolved"]["data.tokens_per_batch"] = 4096  # a real change is still found, by its key
+  assert protocol_difference(now, before) == "resolved.data.tokens_per_batch: 2048 there, 4096 now"
