@@ -124,6 +124,9 @@ def first_reaching(curve: list[dict], score: float) -> dict | None:
 def main(argv):
   del argv
   choices, reach = _numbers(_AVERAGE_CHOICES, int), _numbers(_REACH, float)
+  if reach and not _CURVE_TEST.value:
+    from transformer_jax.config import ConfigError  # pylint: disable=g-import-not-at-top
+    raise ConfigError("--reach needs --curve_test (the wall time is read off the test curve)")
   import jax  # pylint: disable=g-import-not-at-top
   from transformer_jax import checkpoint  # pylint: disable=g-import-not-at-top
   from transformer_jax.translate import Translator  # pylint: disable=g-import-not-at-top

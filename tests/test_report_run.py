@@ -52,10 +52,17 @@ def test_report_run_test_curve_reach_and_dev_chosen_average():
       "41.1 sentences/s (1000 sentences in 24.3 s, compilation included)")
 
 
-def test_report_run_rejects_bad_number_lists():
+def _report_run_error(*args):
   result = subprocess.run([sys.executable, "-m", "experiments.report_run", "--workdir=/nonexistent",
-                           "--name=x", "--average_choices=1,0"], capture_output=True, text=True,
-                          timeout=120, check=False)
+                           "--name=x", *args], capture_output=True, text=True, timeout=120, check=False)
   assert result.returncode == 2, result.stderr[-2000:]
-  assert result.stderr.strip().splitlines()[-1] == (
+  return result.stderr.strip().splitlines()[-1]
+
+
+def test_report_run_rejects_bad_number_lists():
+  assert _report_run_error("--average_choices=1,0") == (
       "error: --average_choices=1,0: expected positive whole numbers, comma-separated")
+  assert _report_run_error("--curve_test", "--reach=35,x") == (
+      "error: --reach=35,x: expected numbers, comma-separated")
+  assert _report_run_error("--reach=35") == (
+      "error: --reach needs --curve_test (the wall time is read off the test curve)")
