@@ -60,7 +60,9 @@ def summarize(runs: str) -> dict:
     workdir = os.path.join(runs, name)
     if not os.path.isfile(os.path.join(workdir, "metrics.jsonl")):
       continue
-    train, dev = report_run.read_metrics(workdir, log_every_steps=50)
+    saved = os.path.join(workdir, "config.json")  # written by the run; its logging cadence
+    log_every = json.load(open(saved))["train"]["log_every_steps"] if os.path.isfile(saved) else 50
+    train, dev = report_run.read_metrics(workdir, log_every_steps=log_every)
     windows = sorted(r["step_time"] for r in train[1:] if r.get("step_time"))
     out[name] = {"changes": RECIPES[name][0], "command": command(name, runs),
                  "steps": train[-1]["step"], "minutes": train[-1]["minutes"],
