@@ -31,6 +31,7 @@ from absl import flags
 
 from experiments import plots
 from transformer_jax import errors, markdown
+from transformer_jax.config import ConfigError
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The trained workdir.", required=True)
 _NAME = flags.DEFINE_string("name", None, "Results file stem.", required=True)
@@ -105,7 +106,6 @@ def evaluate(workdir: str, split: str, step: int, *, average: int = 0, bleu_sent
 
 def _numbers(flag, kind):
   """The values of a list flag as `kind` (int: positive), or one error line naming the flag."""
-  from transformer_jax.config import ConfigError  # pylint: disable=g-import-not-at-top
   try:
     values = [kind(v) for v in flag.value]
   except ValueError:
@@ -125,7 +125,6 @@ def main(argv):
   del argv
   choices, reach = _numbers(_AVERAGE_CHOICES, int), _numbers(_REACH, float)
   if reach and not _CURVE_TEST.value:
-    from transformer_jax.config import ConfigError  # pylint: disable=g-import-not-at-top
     raise ConfigError("--reach needs --curve_test (the wall time is read off the test curve)")
   import jax  # pylint: disable=g-import-not-at-top
   from transformer_jax import checkpoint  # pylint: disable=g-import-not-at-top
