@@ -10,7 +10,7 @@ import pytest
 from configs import base, big
 from transformer_jax.config import ConfigError, default_config, validate
 from transformer_jax.label_smoothing import cross_entropy_sums, smoothing_constant
-from transformer_jax.schedule import inverse_sqrt_schedule, make_optimizer
+from transformer_jax.schedule import inverse_sqrt_schedule, make_optimizer, make_schedule
 
 
 def test_schedule_is_the_paper_formula():
@@ -19,6 +19,29 @@ def test_schedule_is_the_paper_formula():
     expected = 512**-0.5 * min(step**-0.5, step * 4000**-1.5)
     assert float(fn(step - 1)) == pytest.approx(expected, rel=1e-5)
   assert float(fn(3999)) == pytest.approx(512**-0.5 * 4000**-0.5, rel=1e-5)  # the peak
+
+
+def test_cooldown_is_off_by_default_and_ends_at_zero():
+  """train.cooldown_steps: the paper's rate up to num_steps - cooldown, then a straight line from
+  that rate to 0 at num_steps; 0 (the default) leaves the paper's schedule."""
+  c = default_config()
+  assert c.train.cooldown_steps == 0
+  paper = inverse_sqrt_schedule(c.model.d_model, c.train.warmup_steps)
+  steps = jnp.arange(0, 20000, 997)
+  np.testing.assert_array_equal(make_schedule(c)(steps), paper(steps))
+  c.train.num_steps, c.train.cooldown_steps = 10000, 2000
+  fn = make_schedule(c)
+  for count in (0, 3999, 7999):
+    assert float(fn(count)) == pytest.approx(float(paper(count)), rel=1e-6)
+  start = float(paper(8000))
+  for count, left in ((8000, 1.0), (8500, 0.75), (9000, 0.5), (9900, 0.05), (10000, 0.0)):
+    assert float(fn(count)) == pytest.approx(start * left, rel=1e-5, abs=1e-12)
+  c.train.cooldown_steps = 10001
+  with pytest.raises(ConfigError, match="train.cooldown_steps"):
+    validate(c)
+  c.train.cooldown_steps = -1
+  with pytest.raises(ConfigError, match="train.cooldown_steps"):
+    validate(c)
 
 
 def test_optimizer_is_adam_with_the_paper_betas():

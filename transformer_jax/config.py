@@ -96,6 +96,8 @@ def default_config() -> ml_collections.ConfigDict:
   t.num_steps = 100_000
   t.learning_rate_scale = 1.0     # lrate = scale * d_model^-0.5 * min(s^-0.5, s*w^-1.5)
   t.warmup_steps = 4000
+  t.cooldown_steps = 0            # >0: the last this-many steps decay the rate linearly to 0
+                                  # (schedule.py; paper: none, checkpoint averaging instead)
   t.adam_b1 = 0.9
   t.adam_b2 = 0.98
   t.adam_eps = 1e-9
@@ -292,6 +294,11 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     raise ConfigError(f"config key 'train.learning_rate_scale' must be > 0, got {t.learning_rate_scale}")
   _positive("train.", "profile_steps", t.profile_steps, allow_zero=True)
   _positive("train.", "loss_chunk_positions", t.loss_chunk_positions, allow_zero=True)
+  cooldown = t.get("cooldown_steps", 0)  # absent in older checkpoints' configs
+  _positive("train.", "cooldown_steps", cooldown, allow_zero=True)
+  if cooldown > t.num_steps:
+    raise ConfigError(f"config key 'train.cooldown_steps'={cooldown} exceeds "
+                      f"train.num_steps={t.num_steps}")
   _positive("train.", "profile_after_steps", t.profile_after_steps, allow_zero=True)
   for name in ("grad_clip_norm", "max_train_minutes", "peak_flops", "checkpoint_every_minutes",
                "weight_decay"):

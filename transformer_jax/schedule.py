@@ -5,6 +5,12 @@ lrate = scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
 The rate rises linearly for `warmup` steps and then decays with the inverse square root of the
 step. Optax counts updates from 0, so the schedule is evaluated at step + 1 (the paper's step 1
 is the first update).
+
+Deviation (a named switch, off by default): `train.cooldown_steps` > 0 ends the run with a linear
+cool-down: the last `cooldown_steps` of `train.num_steps` go from the rate the schedule has when
+the cool-down starts down to 0 (as in warmup-stable-decay schedules, Hagele et al. 2024). A
+run that stops at num_steps then ends at rate 0; checkpoint averaging does a similar job for
+the paper's schedule.
 """
 
 from __future__ import annotations
@@ -22,8 +28,14 @@ def inverse_sqrt_schedule(d_model: int, warmup_steps: int, scale: float = 1.0) -
 
 
 def make_schedule(config: ml_collections.ConfigDict) -> optax.Schedule:
-  return inverse_sqrt_schedule(config.model.d_model, config.train.warmup_steps,
-                               config.train.learning_rate_scale)
+  t = config.train
+  schedule = inverse_sqrt_schedule(config.model.d_model, t.warmup_steps, t.learning_rate_scale)
+  cooldown = t.get("cooldown_steps", 0)  # absent in older checkpoints' configs
+  if not cooldown:
+    return schedule
+  start = t.num_steps - cooldown
+  return optax.join_schedules(
+      [schedule, optax.linear_schedule(schedule(start), 0.0, cooldown)], [start])
 
 
 def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
