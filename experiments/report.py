@@ -12,7 +12,9 @@ seeds) and `.png` (ours against the paper's values), puts each row next to the p
   when |ours - base| > noise in the paper's direction, ✗ when beyond the noise the other way (or
   when the paper's row is '=' and ours moved), '=' within the noise ('= ✓' for a '=' row);
 - the paired bootstrap p-value of the row's BLEU against base's (sacreBLEU, seed 0 of each);
-- convergence: the relative change of dev perplexity over the last quarter of training;
+- convergence: the relative change of dev perplexity over the last quarter of training, and the
+  row's dev perplexity relative to base's halfway through training and at the end (a gap that
+  is still closing says the ordering could change with a longer run);
 - the wall time per row and for the whole sweep.
 Rows without all their seeds finished show what there is, and no verdict. A `## Reading`
 section is not generated: it is the contents of `<sweep>_<scale>_reading.md` when that exists.
@@ -163,8 +165,10 @@ def summarize(sweep, results: dict, planned: dict[str, list[int]], references, s
                      "partial" if seeds else "pending")
     out.append(row)
   base = next((x for x in out if x["row"] == "base"), None)
+  base_curve = _mean_curve(results.get("base", {}))
   for row in out:
     compared = base is not None and row is not base
+    row["gap_to_base"] = _gap(_mean_curve(results.get(row["row"], {})), base_curve) if compared else None
     for key, clear, metric in (("ppl", PPL_CLEAR, "dev_ppl"), ("bleu", BLEU_CLEAR, "bleu_tokenized")):
       expected = expectation(row[f"paper_{key}"], base[f"paper_{key}"], clear) if compared else None
       v = verdict(expected, [results[row["row"]][s][metric] for s in row["seeds"]],
@@ -177,6 +181,32 @@ def summarize(sweep, results: dict, planned: dict[str, list[int]], references, s
                               results[row["row"]][row["seeds"][0]], references)
                       if compared and row["seeds"] and base["seeds"] else None)
   return out
+
+
+def _mean_curve(runs: dict) -> dict[int, float]:
+  """Dev perplexity by step, mean over the seeds (steps every seed evaluated)."""
+  curves = [dict((int(step), ppl) for step, ppl in res.get("dev_ppl_curve") or []) for res in runs.values()]
+  steps = set.intersection(*(set(c) for c in curves)) if curves else set()
+  return {s: statistics.fmean(c[s] for c in curves) for s in sorted(steps)}
+
+
+def _gap(row_curve: dict[int, float], base_curve: dict[int, float]) -> dict | None:
+  """The row's mean dev PPL relative to base's (row / base - 1) at the evaluation nearest half
+  of training and at the last one both have."""
+  steps = sorted(set(row_curve) & set(base_curve))
+  if len(steps) < 2:
+    return None
+  half = min(steps, key=lambda s: abs(s - steps[-1] / 2))
+  rel = {s: row_curve[s] / base_curve[s] - 1 for s in (half, steps[-1])}
+  return {"half_step": half, "half": rel[half], "end_step": steps[-1], "end": rel[steps[-1]]}
+
+
+def _gap_text(gap: dict | None) -> str:
+  if not gap:
+    return ""
+  trend = ("closing" if abs(gap["end"]) < abs(gap["half"]) - 0.01 else
+           "widening" if abs(gap["end"]) > abs(gap["half"]) + 0.01 else "steady")
+  return f"{gap['half']:+.0%} @{gap['half_step']} → {gap['end']:+.0%} @{gap['end_step']} ({trend})"
 
 
 # ----------------------------------------------------------------------------- the report
@@ -309,18 +339,21 @@ def report_markdown(sweep, scale_name: str, rows: list[dict], results: dict, rea
             f"![dev perplexity curves]({os.path.basename(stem)}_curves.png)", "",
             "Widths at this scale; params = the run's parameter count; last quarter = relative "
             "change of dev PPL from 3/4 of training to the end (mean over seeds, min–max); "
+            "PPL vs base = the row's mean dev PPL relative to base's halfway and at the end "
+            "(closing / widening: the gap shrinks / grows by more than 1 point); "
             "minutes are wall-clock summed over the row's seeds (training including start-up and "
             "compilation; evaluation: dev loss and beam search); s/step after the first log "
             "window.", ""]
   lines.append(markdown.table(
       ["row"] + [HEADERS[c] for c in cols] + ["params", "seeds", "last quarter ΔPPL",
-                                              "train min", "eval min", "s/step", "status"],
+                                              "PPL vs base", "train min", "eval min", "s/step",
+                                              "status"],
       [[r["row"]] + [_hparam(c, r["hparams"].get(c)) for c in cols] + [
           None if r["params"] is None else f"{r['params']:,}",
           (",".join(map(str, r["seeds"])) or "none") + f" of {','.join(map(str, r['planned_seeds']))}",
           "" if not r["last_quarter"]["n"] else
           f"{r['last_quarter']['mean']:+.1%} ({r['last_quarter']['min']:+.1%}–"
-          f"{r['last_quarter']['max']:+.1%})",
+          f"{r['last_quarter']['max']:+.1%})", _gap_text(r["gap_to_base"]),
           _num(r["train_minutes"] or None, 1), _num(r["eval_minutes"] or None, 1),
           _num(r["step_seconds"], 3), "; ".join([r["status"]] + r["problems"])] for r in rows]))
   lines += ["", "## Every run", ""]

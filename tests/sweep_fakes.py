@@ -1,0 +1,105 @@
+"""Shared by the sweep tests: the experiments.run CLI in a subprocess, and a fake of the training
+and evaluation CLIs that the runner drives (its workdir and result-file contracts, in seconds)."""
+
+import json
+import os
+import subprocess
+import sys
+
+from experiments import run
+from tests.common import REPO
+
+TABLE3 = "experiments/table3.py"
+
+
+def sweep_cli(*args, timeout=120):
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  env.pop("XLA_FLAGS", None)
+  return subprocess.run([sys.executable, "-m", "experiments.run", *args], cwd=REPO, env=env,
+                        capture_output=True, text=True, timeout=timeout)
+
+
+def one_line_error(result) -> str:
+  assert result.returncode == 2, (result.stdout, result.stderr)
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+  return lines[0]
+
+
+REFERENCES = ["Ein Hund läuft im Park .", "Zwei Männer spielen Fußball .",
+              "Eine Frau liest ein Buch .", "Kinder spielen am Strand ."]
+
+
+class FakeCLI:
+  """Stands in for the training and evaluation CLIs, with their workdir semantics: training (with
+  --config.seed) leaves checkpoints/<step>, vocab/ and metrics.jsonl (train and dev rows);
+  evaluation writes eval/validation_step<step>.{json,jsonl}. `scores`: (row, seed) -> (dev PPL,
+  tokenized BLEU); `fail`, `fail_eval`: (row, seed) pairs; `stop_at`: (row, seed) -> step."""
+
+  def __init__(self, fail=(), fail_eval=(), stop_at=None, scores=None):
+    self.fail, self.fail_eval = set(fail), set(fail_eval)
+    self.stop_at, self.scores, self.calls = dict(stop_at or {}), dict(scores or {}), []
+
+  @staticmethod
+  def _arg(cmd, name):
+    return next(a.split("=", 1)[1] for a in cmd if a.startswith(name + "="))
+
+  def __call__(self, cmd, log_path, timeout_s):
+    workdir = self._arg(cmd, "--workdir")
+    key = (os.path.basename(os.path.dirname(workdir)), int(os.path.basename(workdir)[len("seed"):]))
+    if "--mode=eval" in cmd:
+      return self._evaluate(cmd, workdir, key)
+    assert int(self._arg(cmd, "--config.seed")) == key[1]
+    self.calls.append(("train", *key))
+    if key in self.fail:
+      with open(log_path, "a") as f:
+        f.write("Traceback ...\nerror: config key 'model.d_k' boom\n")
+      return 2, run.error_line(open(log_path).read(), 2)
+    steps = int(self._arg(cmd, "--config.train.num_steps"))
+    done = self.stop_at.pop(key, steps)  # an interrupted run stops early, exit 0 (as SIGTERM does)
+    os.makedirs(os.path.join(workdir, "checkpoints", str(done)), exist_ok=True)
+    os.makedirs(os.path.join(workdir, "vocab"), exist_ok=True)
+    with open(os.path.join(workdir, "vocab", "spm.model"), "wb") as f:
+      f.write(b"vocabulary")
+    ppl = self.scores.get(key, (9.0, 5.0))[0]
+    with open(os.path.join(workdir, "metrics.jsonl"), "a") as f:
+      for step in range(1, done + 1):
+        f.write(json.dumps({"step": step, "split": "train", "loss": 3.0, "step_time": 0.5,
+                            "tokens_per_second": 100.0}) + "\n")
+        f.write(json.dumps({"step": step, "split": "dev", "perplexity": ppl * (1 + (done - step) / 4)}) + "\n")
+    return 0, ""
+
+  def _evaluate(self, cmd, workdir, key):
+    assert cmd[1:] == ["-m", "transformer_jax.main", "--mode=eval", f"--workdir={workdir}",
+                       "--split=validation", cmd[-1]]
+    self.calls.append(("eval", *key))
+    if key in self.fail_eval:
+      return 1, "RuntimeError: out of memory"
+    step = run.latest_step(workdir)
+    ppl, bleu = self.scores.get(key, (9.0, 5.0))
+    stem = os.path.join(workdir, "eval", f"validation_step{step}")
+    os.makedirs(os.path.dirname(stem), exist_ok=True)
+    with open(stem + ".json", "w") as f:
+      json.dump({"loss": 2.5, "nll": 2.2, "perplexity": ppl, "tokens": 1000, "sacrebleu": bleu - 1,
+                 "sacrebleu_signature": "nrefs:1|...", "chrf": 30.0, "tokenized_bleu": bleu,
+                 "sentences": 4, "step": step, "split": "validation", "eval_seconds": 3.0,
+                 "decode": {"beam_size": 2, "alpha": 0.6, "max_extra_len": 4, "batch_size": 8}}, f)
+    words = "Ein Hund läuft".split()[:1 + int(bleu) % 3]  # systems that differ
+    with open(stem + ".jsonl", "w") as f:
+      for i, ref in enumerate(REFERENCES):
+        hyp = ref if i < bleu / 10 else " ".join(words) + " ."
+        f.write(json.dumps({"index": i, "source": "x", "reference": ref, "hypothesis": hyp}) + "\n")
+    return 0, ""
+
+
+def run_fake(table3, out, results, rows, fake, scale="tiny", seeds=(0, 1), base_seeds=(0, 1, 2),
+         overrides=None, **kw):
+  runs, protocols = run.plan(table3, scale, rows, overrides or {}, "", -1, list(seeds),
+                             list(base_seeds), str(results))
+  return run.run_sweep(runs, str(out), str(results), protocols, runner=fake, log=lambda *_: None,
+                       **kw)
+
+
+def file_snapshot(folder):
+  """{name: (mtime_ns, contents)} of a folder's files."""
+  return {n: (os.stat(folder / n).st_mtime_ns, (folder / n).read_bytes()) for n in os.listdir(folder)}

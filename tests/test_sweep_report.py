@@ -1,0 +1,115 @@
+"""A sweep's verdicts and report (experiments/report.py), on synthetic and faked results."""
+
+import json
+
+import pytest
+
+from experiments import report, sweeps
+from tests.common import table_row
+from tests.sweep_fakes import TABLE3, FakeCLI, run_fake, sweep_cli
+
+
+@pytest.fixture(scope="module")
+def table3():
+  return sweeps.load_sweep(TABLE3)
+
+
+# --- verdicts ---------------------------------------------------------------------------------
+
+def test_verdicts_on_synthetic_results():
+  base = [10.0, 10.1, 10.2]                                      # range 0.2
+  assert report.verdict("+", [10.5, 10.7], base) == pytest.approx({"delta": 0.5, "noise": 0.2, "verdict": "✓"})
+  assert report.verdict("-", [10.5, 10.7], base)["verdict"] == "✗"   # beyond the noise, other way
+  assert report.verdict("+", [10.15, 10.25], base)["verdict"] == "="  # +0.1 within 0.2
+  assert report.verdict("-", [9.0, 10.0], base)["verdict"] == "="     # -0.6, but the row's range is 1.0
+  assert report.verdict("=", [10.5, 10.6], base)["verdict"] == "✗"    # the paper's unchanged row moved
+  assert report.verdict("=", [10.1, 10.2], base)["verdict"] == "= ✓"
+  assert report.verdict(None, [10.5, 10.7], base)["verdict"] == ""
+  assert report.verdict("+", [], base) == {"delta": None, "noise": None, "verdict": ""}
+  bleu_base = [20.0, 20.5, 19.8]
+  assert report.verdict("-", [18.0, 18.4], bleu_base)["verdict"] == "✓"  # BLEU down, as the paper's
+  assert report.verdict("+", [18.0, 18.4], bleu_base)["verdict"] == "✗"
+  assert report.verdict("+", [10.3], [10.0])["verdict"] == "✓"            # one seed each: no spread
+  assert report.expectation(5.12, 4.92, report.PPL_CLEAR) == "+"          # 0.2 at printed precision
+  assert report.expectation(4.75, 4.92, report.PPL_CLEAR) == "="
+  assert report.expectation(25.5, 25.8, report.BLEU_CLEAR) == "-"
+  assert report.expectation(None, 4.92, report.PPL_CLEAR) is None
+
+
+def test_gap_to_base_over_training():
+  """A row's dev PPL relative to base's, halfway (the evaluation nearest half of the last step) and
+  at the end, from the mean curves over seeds; 'closing' when the gap shrank by over 1 point."""
+  runs = lambda *curves: {s: {"dev_ppl_curve": c} for s, c in enumerate(curves)}  # noqa: E731
+  base = report._mean_curve(runs([[100, 40.0], [200, 21.0], [300, 15.0], [400, 11.0]],
+                                 [[100, 44.0], [200, 19.0], [300, 17.0], [400, 13.0]]))
+  assert base == {100: 42.0, 200: 20.0, 300: 16.0, 400: 12.0}
+  shallow = report._mean_curve(runs([[100, 30.0], [200, 10.0], [300, 8.0], [400, 9.0]]))
+  gap = report._gap(shallow, base)
+  assert gap == pytest.approx({"half_step": 200, "half": -0.5, "end_step": 400, "end": -0.25})
+  assert report._gap_text(gap) == "-50% @200 → -25% @400 (closing)"
+  assert report._gap_text(report._gap({200: 30.0, 400: 6.0}, base)) == "+50% @200 → -50% @400 (steady)"
+  assert report._gap_text(report._gap({200: 21.0, 400: 18.0}, base)) == "+5% @200 → +50% @400 (widening)"
+  assert report._gap({400: 9.0}, base) is None and report._gap_text(None) == ""
+
+
+def test_clear_and_unchanged_rows_of_table3(table3):
+  assert report.clear_rows(table3) == ["A_h1", "B_dk16", "C_N2", "C_N4", "C_dmodel256",
+                                       "C_dmodel1024", "C_dff1024", "D_pdrop0", "D_ls0", "D_ls02", "big"]
+  assert report.paper_unchanged(table3) == ["A_h16", "E_learned_pe"]
+
+
+# --- the report -------------------------------------------------------------------------------
+
+def test_report_of_a_partial_sweep(table3, tmp_path):
+  out, results = tmp_path / "sweep", tmp_path / "t3_tiny"
+  scores = {("base", 0): (10.0, 20.0), ("base", 1): (10.1, 20.5), ("base", 2): (9.9, 19.5),
+            ("A_h1", 0): (11.0, 18.0), ("A_h1", 1): (11.2, 18.4),
+            ("C_N8", 0): (10.05, 20.1), ("C_N8", 1): (10.15, 20.3),
+            ("E_learned_pe", 0): (10.6, 20.0), ("E_learned_pe", 1): (10.8, 20.2),
+            ("D_ls0", 0): (9.0, 21.0)}
+  fake = FakeCLI(fail={("D_ls0", 1)}, scores=scores)
+  run_fake(table3, out, results, ["base", "A_h1", "C_N8", "E_learned_pe", "D_ls0"], fake)
+  (tmp_path / "t3_tiny_reading.md").write_text("Our reading: the tiny scale says nothing.\n")
+  result = sweep_cli("--report", f"--sweep={TABLE3}", "--scale=tiny", "--seeds=0,1", "--base_seeds=0,1,2",
+                f"--results_dir={results}", f"--out={out}", timeout=120)
+  assert result.returncode == 0, result.stderr
+  md = (tmp_path / "t3_tiny.md").read_text()
+  head = table_row(md, "row")
+  row = lambda label: dict(zip(head, table_row(md, label)))  # noqa: E731
+  base, a_h1 = row("base"), row("(A) h=1, d_k=d_v=512")
+  assert (base["PPL paper"], base["PPL ours"], base["BLEU ours"]) == ("4.92", "10.00 (9.90–10.10, n=3)",
+                                                                    "20.0 (19.5–20.5, n=3)")
+  assert (base["params ×10⁶ paper"], base["params ×10⁶ at paper scale"]) == ("65", "63.0")
+  assert a_h1["ΔPPL vs base"] == "+0.37 / +1.10 (noise 0.20)" and a_h1["PPL"] == "✓"
+  assert a_h1["ΔBLEU vs base"] == "-0.90 / -1.80 (noise 1.00)" and a_h1["BLEU"] == "✓"
+  assert 0 <= float(a_h1["p (BLEU)"]) <= 1
+  c_n8 = row("(C) N=8")  # the paper: -0.04 PPL (small), -0.3 BLEU (clear)
+  assert (c_n8["PPL"], c_n8["BLEU"]) == ("= ✓", "=")
+  e = row("(E) positional embedding instead of sinusoids")
+  assert (e["PPL"], e["BLEU"]) == ("✗", "= ✓")
+  d_ls0 = row("(D) eps_ls=0.0")
+  assert d_ls0["PPL ours"] == "9.00 (9.00–9.00, n=1 of 2)" and d_ls0["PPL"] == "pending"
+  assert row("(A) h=4, d_k=d_v=128")["PPL ours"] == "pending"
+  assert ("- PPL: 1 of 11 clear rows (the paper's |ΔPPL| ≥ 0.2) move in the paper's direction beyond "
+          "the seed spread; 0 move the other way beyond it, 0 stay within it, 10 pending.") in md
+  assert ("(E) positional embedding instead of sinusoids: ✗ (ours +0.70, noise 0.20)") in md
+  assert "- Base over seeds 0, 1, 2: dev PPL 10.00 (9.90–10.10, range 0.20)" in md
+  assert "D_ls0 seed 1: failed: config key 'model.d_k' boom" in md
+  assert "- Runs finished: 10 of 41 (row × seed); rows complete: 4 of 20." in md
+  assert "- Command: `python -m experiments.run" not in md  # runs made in-process record none
+  assert "by more than 3M in: (C) d_model=1024, d_k=d_v=128 (163.8M vs 168M)" in md
+  ran = md[md.index("## What each row ran"):]
+  head2 = table_row(ran, "row")
+  base_run = dict(zip(head2, table_row(ran, "base")))
+  assert (base_run["d_model"], base_run["h"], base_run["steps"], base_run["seeds"]) == ("32", "8", "2", "0,1,2 of 0,1,2")
+  assert base_run["last quarter ΔPPL"] == "-20.0% (-20.0%–-20.0%)" and base_run["status"] == "done"
+  assert base_run["PPL vs base"] == ""  # the fake's curves: ppl * (1 + (2 - step) / 4)
+  assert dict(zip(head2, table_row(ran, "A_h1")))["PPL vs base"] == "+11% @1 → +11% @2 (steady)"  # 11.1 / 10.0
+  assert dict(zip(head2, table_row(ran, "D_ls0")))["status"].startswith("failed; seed 1: failed:")
+  assert md.rstrip().endswith("## Reading\n\nOur reading: the tiny scale says nothing.")
+  data = json.load(open(tmp_path / "t3_tiny.json"))
+  by_row = {r["row"]: r for r in data["rows"]}
+  assert len(data["rows"]) == 20 and by_row["A_h1"]["ppl_verdict"] == "✓"
+  assert by_row["A_h4"]["status"] == "pending" and by_row["base"]["ppl"]["n"] == 3
+  assert (tmp_path / "t3_tiny_curves.png").stat().st_size > 10_000
+  assert (tmp_path / "t3_tiny.png").stat().st_size > 10_000

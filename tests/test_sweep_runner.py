@@ -1,0 +1,161 @@
+"""The sweep runner (experiments/run.py): result files and the skip/resume/retry bookkeeping
+around the training and evaluation CLIs (faked: tests/sweep_fakes.py), results of another
+protocol refused, the subprocess runner's errors, and a 2-step real run."""
+
+import json
+import os
+import shutil
+import sys
+
+import pytest
+
+from experiments import results_files, run, sweeps
+from tests.common import DATA_DIR, requires_data
+from tests.sweep_fakes import (REFERENCES, TABLE3, FakeCLI, file_snapshot, one_line_error, run_fake,
+                               sweep_cli)
+from transformer_jax.config import ConfigError
+from transformer_jax.overrides import parse_overrides
+
+
+@pytest.fixture(scope="module")
+def table3():
+  return sweeps.load_sweep(TABLE3)
+
+
+def test_rerun_skips_finished_runs_resumes_and_retries(table3, tmp_path):
+  out, results = tmp_path / "sweep", tmp_path / "results"
+  rows = ["base", "A_h1", "C_N8"]
+  fake = FakeCLI(fail={("A_h1", 1)}, fail_eval={("C_N8", 0)}, stop_at={("base", 2): 1})
+  states = run_fake(table3, out, results, rows, fake)
+  assert [(s["row"], s["seed"], s["status"]) for s in states] == [
+      ("base", 0, "done"), ("base", 1, "done"), ("base", 2, "unfinished"), ("A_h1", 0, "done"),
+      ("A_h1", 1, "failed"), ("C_N8", 0, "failed"), ("C_N8", 1, "done")]
+  failed = json.load(open(out / "A_h1" / "seed1" / "status.json"))
+  assert (failed["error"], failed["stage"]) == ("config key 'model.d_k' boom", "train")
+  assert json.load(open(out / "C_N8" / "seed0" / "status.json"))["error"] == "RuntimeError: out of memory"
+  assert "rerun to resume" in states[2]["error"] and states[2]["steps"] == 1
+  assert sorted(os.listdir(results)) == ["A_h1_seed0.json", "C_N8_seed1.json", "base_seed0.json",
+                                         "base_seed1.json", "references.json"]
+  assert json.load(open(results / "references.json"))["references"] == REFERENCES
+  res = json.load(open(results / "base_seed1.json"))
+  assert (res["row"], res["seed"], res["dev_ppl"], res["bleu_tokenized"], res["bleu"]) == ("base", 1, 9.0, 5.0, 4.0)
+  assert res["dev_ppl_curve"] == [[1, 11.25], [2, 9.0]] and res["step"] == 2
+  assert res["last_quarter"] == {"from_step": 1, "to_step": 2, "relative_change": -0.2}
+  assert res["protocol"] == sweeps.protocol(sweeps.resolve(table3, "base", "tiny"), table3)
+  assert res["protocol"]["num_steps"] == 2 and res["protocol"]["bleu_sentences"] == 4
+  assert len(res["hypotheses"]) == 4 and res["params"] > 0 and res["step_seconds"] == 0.5
+  assert res["machine"]["cores"] == os.cpu_count() and "--config.seed=1" in res["commands"]["train"]
+  assert os.path.isdir(out / "_vocab")  # the first trained vocabulary, shared by all runs
+  before = file_snapshot(results)
+  # rerun: finished runs skipped, failed ones retried (A_h1 seed 1: trained; C_N8 seed 0: only
+  # evaluated again), the unfinished one resumed
+  fake.fail.clear()
+  fake.fail_eval.clear()
+  fake.calls.clear()
+  states = run_fake(table3, out, results, rows, fake)
+  assert [s["status"] for s in states] == ["done"] * 7
+  assert fake.calls == [("train", "base", 2), ("eval", "base", 2), ("train", "A_h1", 1),
+                        ("eval", "A_h1", 1), ("eval", "C_N8", 0)]
+  assert json.load(open(out / "base" / "seed2" / "timing.json"))["train_attempts"] == 2
+  after = file_snapshot(results)
+  assert {n: after[n] for n in before} == before  # nothing finished was rewritten
+  assert len(after) == len(before) + 3
+  # a fresh clone: OUT is gone, the committed result files resume the sweep; nothing runs
+  shutil.rmtree(out)
+  fake.calls.clear()
+  states = run_fake(table3, out, results, rows, fake)
+  assert fake.calls == [] and [s["status"] for s in states] == ["done"] * 7
+  assert file_snapshot(results) == after
+  # eval_only: runs trained elsewhere are evaluated; untrained ones are reported, not trained
+  states = run_fake(table3, out, results, ["A_h4"], fake, eval_only=True, seeds=(0,))
+  assert states[0]["status"] == "unfinished" and "not trained yet" in states[0]["error"]
+  assert fake.calls == []
+
+
+def test_results_of_another_protocol_or_row_stop_everything(table3, tmp_path):
+  out, results = tmp_path / "sweep", tmp_path / "results"
+  run_fake(table3, out, results, ["base"], FakeCLI(), base_seeds=(0,))
+  before = file_snapshot(results)
+  fake = FakeCLI()
+  with pytest.raises(ConfigError, match=r"base_seed0.json comes from another protocol \(learning_rate_scale: "
+                                        r"2.0 there, 0.5 now\)"):
+    run_fake(table3, out, results, ["base", "A_h1"], fake,
+         overrides=parse_overrides(["--config.train.learning_rate_scale=0.5"]))
+  error = one_line_error(sweep_cli(f"--sweep={TABLE3}", "--scale=tiny", f"--out={out}",
+                               f"--results_dir={results}", "--config.train.num_steps=3"))
+  assert error.startswith(f"error: {results}/base_seed0.json comes from another protocol "
+                          "(num_steps: 2 there, 3 now)")
+  assert fake.calls == [] and file_snapshot(results) == before
+  (results / "nope_seed0.json").write_text("{}")
+  with pytest.raises(ConfigError, match="nope_seed0.json: row 'nope' is not a row of the sweep 'table3'"):
+    run_fake(table3, out, results, ["base"], fake)
+
+
+def test_subprocess_runner_reports_errors_and_timeouts(tmp_path):
+  log = str(tmp_path / "row.log")
+  fail = [sys.executable, "-c", "import sys; print('step 1'); print('error: bad thing', file=sys.stderr); sys.exit(2)"]
+  assert run.subprocess_runner(fail, log) == (2, "bad thing")
+  slow = [sys.executable, "-c", "import time; time.sleep(60)"]
+  rc, error = run.subprocess_runner(slow, log, timeout_s=0.5)
+  assert rc == 1 and error.startswith("timed out after") and "rerun to resume" in error
+  assert open(log).read().count("\n# ") == 2  # each command is logged before its output
+
+
+def test_error_line_picks_the_reason():
+  assert run.error_line("x\nerror: bad key\nmore\n", 2) == "bad key"
+  assert run.error_line("Traceback\n  File x\nValueError: boom\nI0 log\n", 1) == "ValueError: boom"
+  assert run.error_line("killed\n", -9) == "killed (exit status -9)"
+
+
+def test_last_quarter_change():
+  assert results_files.last_quarter_change([[100, 20.0], [200, 12.0], [300, 10.0], [400, 9.5]]) == {
+      "from_step": 300, "to_step": 400, "relative_change": -0.05}
+  assert results_files.last_quarter_change([[400, 9.5]]) is None
+  assert results_files.last_quarter_change([[390, 9.6], [400, 9.5]]) is None  # no point at or before 3/4
+
+
+# --- a real run: 2 training steps of a tiny model, evaluated --------------------------------------
+
+@requires_data
+def test_tiny_real_run_trains_evaluates_and_is_skipped_on_rerun(tmp_path):
+  out, results = tmp_path / "real", tmp_path / "results"
+  args = (f"--sweep={TABLE3}", "--scale=tiny", f"--out={out}", f"--results_dir={results}",
+          "--rows=B_dk16", "--seeds=1", "--config.model.num_encoder_layers=1",
+          "--config.model.num_decoder_layers=1")
+  os.environ.setdefault("TRANSFORMER_JAX_DATA_DIR", DATA_DIR)
+  result = sweep_cli(*args, timeout=300)
+  assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+  res = json.load(open(results / "B_dk16_seed1.json"))
+  assert res["seed"] == 1 and res["step"] == 2, res
+  assert res["hparams"]["d_k"] == 1 and res["hparams"]["d_v"] == 4  # 16/16 and 64/16
+  assert res["dev_ppl"] > 1 and abs(res["dev_ppl"] - 2.718281828 ** res["dev_nll"]) < 1e-6 * res["dev_ppl"]
+  assert res["dev_loss"] > 0 and res["bleu_sentences"] == 4 and res["params"] > 0
+  assert res["beam_size"] == 2 and len(res["hypotheses"]) == 4
+  assert [p[0] for p in res["dev_ppl_curve"]] == [2] and res["last_quarter"] is None
+  assert len(json.load(open(results / "references.json"))["references"]) == 4
+  assert (tmp_path / "results.md").exists()
+  rerun = sweep_cli(*args, timeout=120)
+  assert rerun.returncode == 0 and "B_dk16_seed1: done earlier" in rerun.stdout
+
+
+def test_a_config_key_added_later_at_its_default_is_the_same_protocol():
+  from experiments.results_files import protocol_difference  # pylint: disable=g-import-not-at-top
+  ours = {"hash": "b", "num_steps": 3, "resolved": {"model.d_model": 64, "model.remat": "none"}}
+  older = {"hash": "a", "num_steps": 3, "resolved": {"model.d_model": 64}}  # before remat existed
+  assert protocol_difference(ours, older) == ""
+  ours["resolved"]["model.remat"] = "layer"  # not the default: a different computation
+  assert protocol_difference(ours, older) == "resolved.model.remat: None there, 'layer' now"
+  assert protocol_difference(ours, {**older, "num_steps": 2}) == "num_steps: 2 there, 3 now"
+
+
+def test_the_same_config_reached_through_other_overrides_is_the_same_protocol():
+  # The config file's default moved to what the scale overrides: the override list shrinks, the
+  # resolved config does not change, and neither do the committed results.
+  from experiments.results_files import protocol_difference  # pylint: disable=g-import-not-at-top
+  before = {"hash": "a", "overrides": ["--config.data.tokens_per_batch=2048", "--config.model.d_model=64"],
+            "resolved": {"data.tokens_per_batch": 2048, "model.d_model": 64}}
+  now = {"hash": "b", "overrides": ["--config.model.d_model=64"],
+         "resolved": {"data.tokens_per_batch": 2048, "model.d_model": 64}}
+  assert protocol_difference(now, before) == ""
+  now["resolved"]["data.tokens_per_batch"] = 4096  # a real change is still found, by its key
+  assert protocol_difference(now, before) == "resolved.data.tokens_per_batch: 2048 there, 4096 now"
