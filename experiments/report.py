@@ -28,7 +28,7 @@ import json
 import os
 import statistics
 
-from experiments import plots, results_files, sweeps
+from experiments import plots, results_files, row_runs, sweeps
 from transformer_jax import markdown
 from transformer_jax.overrides import REPO
 
@@ -111,7 +111,7 @@ def paper_params_table(sweep) -> list[dict]:
   from transformer_jax.params import count_params  # pylint: disable=g-import-not-at-top
   table = []
   for r in sweeps.row_ids(sweep):
-    res = sweeps.resolve(sweep, r, "paper")
+    res = row_runs.resolve(sweep, r, "paper")
     paper = sweep.rows[r].paper
     table.append({"row": r, "label": res.label,
                   "params": count_params(ModelConfig.from_config(res.config.model)),

@@ -16,7 +16,7 @@ import os
 import platform
 import re
 
-from experiments import sweeps
+from experiments import row_runs
 from transformer_jax.config import ConfigError
 from transformer_jax.overrides import REPO, schema_default
 
@@ -179,7 +179,7 @@ def machine() -> dict:
           "platform": platform.platform(terse=True)}
 
 
-def build_result(res: sweeps.Resolved, seed: int, protocol: dict, workdir: str, evaluation: dict,
+def build_result(res: row_runs.Resolved, seed: int, protocol: dict, workdir: str, evaluation: dict,
                  sentences: list[dict], timing: dict, commands: dict) -> dict:
   """The committed record of one finished (row, seed)."""
   from transformer_jax.config import ModelConfig  # pylint: disable=g-import-not-at-top

@@ -9,7 +9,7 @@
   python -m experiments.run --report --sweep=experiments/table3.py --scale=cpu   # the report again
   python -m experiments.run --params --sweep=experiments/table3.py   # paper-scale param counts
 
-Before anything runs, every selected row is resolved and validated (experiments/sweeps.py) and
+Before anything runs, every selected row is resolved and validated (experiments/row_runs.py) and
 the results folder is checked: a result file of another protocol (other steps, widths, learning
 rate, ...) or a bad seed list is one line `error: ...`, exit status 2, nothing written.
 
@@ -43,7 +43,7 @@ import time
 
 from absl import flags
 
-from experiments import report, results_files, sweeps
+from experiments import report, results_files, row_runs, sweeps
 from transformer_jax import errors
 from transformer_jax.config import ConfigError
 from transformer_jax.overrides import REPO, parse_overrides
@@ -59,7 +59,7 @@ _RESULTS_DIR = flags.DEFINE_string("results_dir", "", "Folder of the result file
                                    "experiments/results/<sweep>_<scale>); the report goes beside it.")
 _DRY_RUN = flags.DEFINE_bool("dry_run", False, "Validate every row, print the per-run commands, run nothing.")
 flags.DEFINE_alias("print_commands", "dry_run")
-_LAUNCHER = flags.DEFINE_enum("launcher", "local", list(sweeps.LAUNCHERS),
+_LAUNCHER = flags.DEFINE_enum("launcher", "local", list(row_runs.LAUNCHERS),
                               "Command form for --dry_run: the CLI, launch/slurm.sbatch or launch/tpu_vm.sh.")
 _COMMANDS_FILE = flags.DEFINE_string("commands_file", "", "With --dry_run: also write the commands to this shell script.")
 _REPORT = flags.DEFINE_bool("report", False, "Only write the report from the result files.")
@@ -158,7 +158,7 @@ def _share_vocab(out: str, workdir: str, config, direction: str) -> None:
 
 # ----------------------------------------------------------------------------- one (row, seed)
 
-def run_one(res: sweeps.Resolved, seed: int, out: str, results_dir: str, protocol: dict, *,
+def run_one(res: row_runs.Resolved, seed: int, out: str, results_dir: str, protocol: dict, *,
             runner=subprocess_runner, eval_only: bool = False, timeout_s: float = 0.0,
             sweep_command: str = "", log=print) -> dict:
   """Trains (or resumes) and evaluates one (row, seed), then writes its result file; returns
@@ -170,7 +170,7 @@ def run_one(res: sweeps.Resolved, seed: int, out: str, results_dir: str, protoco
     return {"row": res.row_id, "seed": seed, "status": "done", "error": "", "stage": ""}
   workdir = os.path.join(os.path.abspath(out), res.row_id, f"seed{seed}")
   os.makedirs(workdir, exist_ok=True)
-  train_cmd = sweeps.train_command(res, workdir, python=sys.executable, seed=seed)
+  train_cmd = row_runs.train_command(res, workdir, python=sys.executable, seed=seed)
   eval_cmd = eval_command(workdir, res.bleu_sentences, python=sys.executable)
   timing_path = os.path.join(workdir, "timing.json")
   timing = dict({"train_seconds": 0.0, "train_attempts": 0, "eval_seconds": 0.0},
@@ -231,7 +231,7 @@ def run_one(res: sweeps.Resolved, seed: int, out: str, results_dir: str, protoco
   return state
 
 
-def run_sweep(runs: list[tuple[sweeps.Resolved, int]], out: str, results_dir: str,
+def run_sweep(runs: list[tuple[row_runs.Resolved, int]], out: str, results_dir: str,
               protocols: dict[str, dict], *, log=print, **run_args) -> list[dict]:
   """Every (row, seed) in turn (run_one's keyword arguments); a run's OSError is recorded, the
   rest go on."""
@@ -271,7 +271,7 @@ def _check_out(out: str, sweep_name: str, scale_name: str) -> None:
 def _print_commands(runs, out, launcher, commands_file, follow_args):
   lines = [f"# {len(runs)} runs (row x seed)"]
   for res, seed in runs:
-    lines += [f"# {res.row_id} seed {seed}: {res.label}", shlex.join(sweeps.train_command(
+    lines += [f"# {res.row_id} seed {seed}: {res.label}", shlex.join(row_runs.train_command(
         res, os.path.join(out, res.row_id, f"seed{seed}"), launcher, seed=seed))]
   follow = ["python", "-m", "experiments.run", *follow_args] + (
       ["--eval_only"] if launcher != "local" else [])
@@ -293,16 +293,16 @@ def plan(sweep, scale_name: str, rows: list[str], user_overrides: dict, base_con
 
   def protocol(row_id):
     if row_id not in resolved:
-      res = sweeps.resolve_all(sweep, [row_id], scale_name, user_overrides, base_config)[0]
+      res = row_runs.resolve_all(sweep, [row_id], scale_name, user_overrides, base_config)[0]
       if bleu_sentences >= 0:
         res = dataclasses.replace(res, bleu_sentences=bleu_sentences)
       resolved[row_id] = res
-    return sweeps.protocol(resolved[row_id], sweep)
+    return row_runs.protocol(resolved[row_id], sweep)
 
   protocols = {r: protocol(r) for r in rows}
   results_files.check_results_folder(results_dir, sweep, protocol)
   runs = [(resolved[r], s) for r in rows
-          for s in sweeps.seeds_of(sweep, scale_name, r, seeds, base_seeds)]
+          for s in row_runs.seeds_of(sweep, scale_name, r, seeds, base_seeds)]
   return runs, protocols
 
 
@@ -315,14 +315,14 @@ def main(argv):
     print(report.params_markdown(sweep), end="")
     return
   scale = _SCALE.value
-  seeds = sweeps.parse_seeds(_SEEDS.value, "--seeds") if _SEEDS.value is not None else None
-  base_seeds = (sweeps.parse_seeds(_BASE_SEEDS.value, "--base_seeds")
+  seeds = row_runs.parse_seeds(_SEEDS.value, "--seeds") if _SEEDS.value is not None else None
+  base_seeds = (row_runs.parse_seeds(_BASE_SEEDS.value, "--base_seeds")
                 if _BASE_SEEDS.value is not None else None)
   results_dir = os.path.abspath(_RESULTS_DIR.value or results_files.default_results_dir(sweep.name, scale))
   rows = sweeps.select_rows(sweep, _ROWS.value)
   runs, protocols = plan(sweep, scale, rows, user_overrides, _BASE_CONFIG.value,
                          _BLEU_SENTENCES.value, seeds, base_seeds, results_dir)
-  planned = {r: sweeps.seeds_of(sweep, scale, r, seeds, base_seeds) for r in sweeps.row_ids(sweep)}
+  planned = {r: row_runs.seeds_of(sweep, scale, r, seeds, base_seeds) for r in sweeps.row_ids(sweep)}
   if _REPORT.value:
     print("wrote " + ", ".join(report.write_report(sweep, scale, results_dir, planned,
                                                    out=_OUT.value or "")))

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from experiments import results_files, run, sweeps
+from experiments import results_files, row_runs, run, sweeps
 from tests.common import DATA_DIR, requires_data
 from tests.sweep_fakes import (REFERENCES, TABLE3, FakeCLI, file_snapshot, one_line_error, run_fake,
                                sweep_cli)
@@ -41,7 +41,7 @@ def test_rerun_skips_finished_runs_resumes_and_retries(table3, tmp_path):
   assert (res["row"], res["seed"], res["dev_ppl"], res["bleu_tokenized"], res["bleu"]) == ("base", 1, 9.0, 5.0, 4.0)
   assert res["dev_ppl_curve"] == [[1, 11.25], [2, 9.0]] and res["step"] == 2
   assert res["last_quarter"] == {"from_step": 1, "to_step": 2, "relative_change": -0.2}
-  assert res["protocol"] == sweeps.protocol(sweeps.resolve(table3, "base", "tiny"), table3)
+  assert res["protocol"] == row_runs.protocol(row_runs.resolve(table3, "base", "tiny"), table3)
   assert res["protocol"]["num_steps"] == 2 and res["protocol"]["bleu_sentences"] == 4
   assert len(res["hypotheses"]) == 4 and res["params"] > 0 and res["step_seconds"] == 0.5
   assert res["machine"]["cores"] == os.cpu_count() and "--config.seed=1" in res["commands"]["train"]

@@ -12,7 +12,7 @@ import pytest
 from absl import flags
 from ml_collections import config_flags
 
-from experiments import report, sweeps
+from experiments import report, row_runs, sweeps
 from tests.common import REPO
 from tests.sweep_fakes import TABLE3, one_line_error, sweep_cli
 from transformer_jax.config import ConfigError
@@ -67,7 +67,7 @@ def test_table3_overrides_agree_with_the_paperstable_row(table3):
   base = dict(zip(FIELDS, PAPER["base"]))
   for row_id, values in PAPER.items():
     paper = dict(zip(FIELDS, values))
-    ours = sweeps.paper_columns(table3, row_id)
+    ours = row_runs.paper_columns(table3, row_id)
     for col in FIELDS[:9]:
       assert ours[col] == (paper[col] if paper[col] is not None else base[col]), (row_id, col)
   assert table3.rows.E_learned_pe.overrides.model.pe_type == "learned"
@@ -76,7 +76,7 @@ def test_table3_overrides_agree_with_the_paperstable_row(table3):
 def test_scales_shrink_widths_and_keep_heads_layers_and_ratios(table3):
   for scale in ("cpu", "tiny"):
     factor = table3.scales[scale].dim_factor
-    for res in sweeps.resolve_all(table3, sweeps.row_ids(table3), scale):
+    for res in row_runs.resolve_all(table3, sweeps.row_ids(table3), scale):
       paper, ours = res.paper_hparams, res.hparams
       for col in ("d_model", "d_k", "d_v", "d_ff"):
         assert ours[col] == paper[col] * factor, (scale, res.row_id, col)
@@ -85,7 +85,7 @@ def test_scales_shrink_widths_and_keep_heads_layers_and_ratios(table3):
       assert ours["train_steps"] == table3.scales[scale].num_steps  # every row, big too
       assert res.config.model.num_decoder_layers == ours["N"]
       assert res.bleu_sentences == table3.scales[scale].bleu_sentences
-  base = sweeps.resolve(table3, "base", "cpu").config
+  base = row_runs.resolve(table3, "base", "cpu").config
   d = 512 * sweeps.CPU["dim_factor"]
   assert (base.model.d_model, base.model.num_heads, base.model.d_k, base.model.d_ff) == (d, 8, d / 8, 4 * d)
   assert (base.data.local_corpus, base.data.tokens_per_batch) == ("multi30k", sweeps.CPU["tokens_per_batch"])
@@ -93,16 +93,16 @@ def test_scales_shrink_widths_and_keep_heads_layers_and_ratios(table3):
       sweeps.CPU["warmup_steps"], sweeps.CPU["learning_rate_scale"])
   assert base.train.max_eval_batches == 0  # the convergence curve is on the whole dev split
   assert table3.scales.cpu.seeds == list(sweeps.CPU["seeds"]) and len(table3.scales.cpu.base_seeds) >= 3
-  assert sweeps.resolve(table3, "E_learned_pe", "tiny").config.model.pe_type == "learned"
+  assert row_runs.resolve(table3, "E_learned_pe", "tiny").config.model.pe_type == "learned"
 
 
 def test_paper_scale_keeps_the_papers_steps_and_config(table3):
-  base = sweeps.resolve(table3, "base", "paper")
-  big = sweeps.resolve(table3, "big", "paper")
+  base = row_runs.resolve(table3, "base", "paper")
+  big = row_runs.resolve(table3, "big", "paper")
   assert base.config_spec == "configs/base.py" and base.overrides == []  # base.py is the paper's base
   assert base.config.train.num_steps == 100_000 and big.config.train.num_steps == 300_000
   assert big.config.model.dropout_rate == 0.3 and big.config.model.d_k == 64
-  tpu = sweeps.resolve(table3, "base", "paper", base_config="configs/tpu.py")
+  tpu = row_runs.resolve(table3, "base", "paper", base_config="configs/tpu.py")
   assert tpu.config_spec == "configs/tpu.py"
 
 
@@ -118,23 +118,23 @@ def test_grid_example_rows():
   grid = sweeps.load_sweep("experiments/grid_example.py")
   ids = sweeps.row_ids(grid)
   assert len(ids) == 17 and ids[0] == "base" and "h4_dk32_drop0p3_pelearned" in ids
-  m = sweeps.resolve(grid, "h4_dk32_drop0p3_pelearned", "cpu").config.model
+  m = row_runs.resolve(grid, "h4_dk32_drop0p3_pelearned", "cpu").config.model
   dk = round(32 * sweeps.CPU["dim_factor"])  # d_k 32 in paper units, scaled as every width
   assert (m.num_heads, m.d_k, m.d_v, m.dropout_rate, m.pe_type) == (4, dk, dk, 0.3, "learned")
-  assert len(sweeps.resolve_all(grid, ids, "paper")) == 17
+  assert len(row_runs.resolve_all(grid, ids, "paper")) == 17
 
 
 def test_pilot_scales():
   pilot = sweeps.load_sweep("experiments/table3_pilot.py")
   for scale, d_model in (("pilot_w4", 128), ("pilot_w8", 64)):
-    res = sweeps.resolve(pilot, "C_N2", scale)
+    res = row_runs.resolve(pilot, "C_N2", scale)
     assert (res.config.model.d_model, res.config.model.num_encoder_layers) == (d_model, 2)
     assert res.config.train.num_steps == 3000 and res.config.train.eval_every_steps == 200
 
 
 def test_printed_overrides_reproduce_each_rows_config(table3):
   """The training CLI's own config flags, given a row's overrides, rebuild the resolved config."""
-  for res in sweeps.resolve_all(table3, sweeps.row_ids(table3), "cpu"):
+  for res in row_runs.resolve_all(table3, sweeps.row_ids(table3), "cpu"):
     argv = ["prog", f"--config={os.path.join(REPO, res.config_spec)}", *res.overrides]
     fv = flags.FlagValues()
     config_flags.DEFINE_config_file("config", None, "", flag_values=fv, lock_config=True,
@@ -158,9 +158,9 @@ def test_unknown_rows_scales_andfile_snapshot(table3, tmp_path):
     sweeps.select_rows(table3, "A_h1,bsae")
   with pytest.raises(ConfigError, match=r"unknown scale 'cpuu' \(did you mean 'cpu'\?\); the sweep "
                                         r"defines: .*tiny"):
-    sweeps.resolve(table3, "base", "cpuu")
+    row_runs.resolve(table3, "base", "cpuu")
   with pytest.raises(ConfigError, match=r"unknown row 'bgi' \(did you mean 'big'\?\)"):
-    sweeps.resolve(table3, "bgi", "cpu")
+    row_runs.resolve(table3, "bgi", "cpu")
   with pytest.raises(ConfigError, match="sweep file experiments/nope.py not found"):
     sweeps.load_sweep("experiments/nope.py")
   bad = tmp_path / "bad.py"
@@ -183,11 +183,11 @@ def test_inconsistent_rows_are_named(table3):
   dk = d_model // 8
   with pytest.raises(ConfigError, match=rf"row 'base' at scale 'cpu': h\*d_k = 16\*{dk} = {16 * dk} "
                                         rf"differs from d_model={d_model}"):
-    sweeps.resolve_all(table3, sweeps.row_ids(table3), "cpu", heads)
+    row_runs.resolve_all(table3, sweeps.row_ids(table3), "cpu", heads)
   tp = parse_overrides(["--config.mesh.tensor=8"])
   with pytest.raises(ConfigError, match="row 'A_h1' at scale 'paper': config key 'model.num_heads'=1 "
                                         "is not divisible by the tensor-parallel size mesh.tensor=8"):
-    sweeps.resolve_all(table3, sweeps.row_ids(table3), "paper", tp)
+    row_runs.resolve_all(table3, sweeps.row_ids(table3), "paper", tp)
 
 
 def _write_sweep(tmp_path, rows_code):
@@ -210,7 +210,7 @@ def test_every_row_is_validated_before_anything_runs(tmp_path):
   f = sweeps.CPU["dim_factor"]
   with pytest.raises(ConfigError, match=rf"row 'tiny_dk' at scale 'cpu': model.d_k=2 x {f:g} = "
                                         rf"{2 * f:g} is not a positive whole number"):
-    sweeps.resolve_all(sweeps.load_sweep(spec), ["base", "tiny_dk"], "cpu")
+    row_runs.resolve_all(sweeps.load_sweep(spec), ["base", "tiny_dk"], "cpu")
   error = one_line_error(sweep_cli(f"--sweep={TABLE3}", f"--out={out}", "--config.train.num_step=3"))
   assert "unknown config key 'train.num_step' (did you mean 'num_steps'?)" in error
 
@@ -234,7 +234,7 @@ def _dryrun_fake(table3, out, launcher, rows, *extra):
   assert result.returncode == 0, result.stderr
   commands = [shlex.split(l) for l in result.stdout.splitlines() if l and not l.startswith("#")]
   user = parse_overrides([a for a in extra if a.startswith("--config.")])
-  resolved = sweeps.resolve_all(table3, rows.split(","), "paper", user)
+  resolved = row_runs.resolve_all(table3, rows.split(","), "paper", user)
   return commands[:-1], commands[-1], resolved
 
 
@@ -288,12 +288,12 @@ def test_dry_run_tpu_vm(table3, tmp_path):
 # --- seeds and protocols: bad input is one line, nothing written ------------------------------
 
 def test_seed_lists():
-  assert sweeps.parse_seeds("0,1, 2", "--seeds") == [0, 1, 2]
+  assert row_runs.parse_seeds("0,1, 2", "--seeds") == [0, 1, 2]
   for text, why in (("", "the seed list is empty"), (" , ", "the seed list is empty"),
                     ("0,-1", "'-1' is not a seed"), ("1.5", "'1.5' is not a seed"),
                     ("0,x", "'x' is not a seed"), ("1,1", "seed 1 is listed twice")):
     with pytest.raises(ConfigError, match=why):
-      sweeps.parse_seeds(text, "--seeds")
+      row_runs.parse_seeds(text, "--seeds")
 
 
 def test_bad_seeds_on_the_command_line(tmp_path):
