@@ -294,17 +294,16 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     raise ConfigError(f"config key 'train.learning_rate_scale' must be > 0, got {t.learning_rate_scale}")
   _positive("train.", "profile_steps", t.profile_steps, allow_zero=True)
   _positive("train.", "loss_chunk_positions", t.loss_chunk_positions, allow_zero=True)
-  cooldown = t.get("cooldown_steps", 0)  # absent in older checkpoints' configs
-  _positive("train.", "cooldown_steps", cooldown, allow_zero=True)
-  if cooldown > t.num_steps:
-    raise ConfigError(f"config key 'train.cooldown_steps'={cooldown} exceeds "
+  _positive("train.", "cooldown_steps", t.cooldown_steps, allow_zero=True)
+  if t.cooldown_steps > t.num_steps:
+    raise ConfigError(f"config key 'train.cooldown_steps'={t.cooldown_steps} exceeds "
                       f"train.num_steps={t.num_steps}")
   _positive("train.", "profile_after_steps", t.profile_after_steps, allow_zero=True)
   for name in ("grad_clip_norm", "max_train_minutes", "peak_flops", "checkpoint_every_minutes",
                "weight_decay"):
     if t[name] < 0:
       raise ConfigError(f"config key 'train.{name}' must be >= 0, got {t[name]}")
-  factor = t.get("divergence_warn_factor", 0.0)  # absent in older checkpoints' configs
+  factor = t.divergence_warn_factor
   if factor != 0 and not factor > 1:
     raise ConfigError(f"config key 'train.divergence_warn_factor' must be 0 (off) or > 1, got {factor}")
   _positive("decode.", "beam_size", dc.beam_size)

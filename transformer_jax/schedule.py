@@ -30,7 +30,7 @@ def inverse_sqrt_schedule(d_model: int, warmup_steps: int, scale: float = 1.0) -
 def make_schedule(config: ml_collections.ConfigDict) -> optax.Schedule:
   t = config.train
   schedule = inverse_sqrt_schedule(config.model.d_model, t.warmup_steps, t.learning_rate_scale)
-  cooldown = t.get("cooldown_steps", 0)  # absent in older checkpoints' configs
+  cooldown = t.cooldown_steps
   if not cooldown:
     return schedule
   start = t.num_steps - cooldown
