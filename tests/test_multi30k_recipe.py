@@ -1,9 +1,13 @@
-"""The Multi30k recipe pilot's commands and summary (experiments/multi30k_recipe.py)."""
+"""The Multi30k recipe pilot's commands and summary (experiments/multi30k_recipe.py), and the
+cool-down branches of the hour's run (experiments/multi30k_cooldown.py)."""
 
 import json
+import os
 import shlex
 
-from experiments import multi30k_recipe
+import pytest
+
+from experiments import multi30k_cooldown, multi30k_recipe
 from transformer_jax import config as config_lib, overrides
 
 
@@ -48,3 +52,32 @@ def test_summary_compares_at_equal_minutes(tmp_path):
   files = multi30k_recipe.write(str(tmp_path), str(tmp_path))
   text = open(files[0]).read()
   assert "| P1 | half the batch" in text and "P2" not in text.split("Commands:")[0]
+
+
+def test_cooldown_branch_continues_the_same_run(tmp_path):
+  """A branch copies the source's checkpoint and vocabulary into SOURCE_cooldown<start>, its
+  command is the config file with the cool-down over the remaining steps, and a source run whose
+  config differs from the file (beyond steps, cool-down, time limit and bookkeeping) is refused."""
+  source = tmp_path / "hour"
+  for folder in ("checkpoints/3000/state", "checkpoints/4000", "vocab"):
+    os.makedirs(source / folder)
+  (source / "vocab" / "spm.model").write_bytes(b"pieces")
+  (source / "checkpoints" / "3000" / "state" / "x").write_bytes(b"weights")
+  saved = overrides.load_config_file(multi30k_cooldown.CONFIG).to_dict()
+  saved["data"]["data_dir"] = "/elsewhere"  # a path: does not change a result
+  multi30k_cooldown.check_same_run(saved, multi30k_cooldown.branch_overrides(4000, 3000))
+  workdir, cmd = multi30k_cooldown.branch(str(source), 3000, 4000)
+  assert workdir == str(tmp_path / "hour_cooldown3000")
+  assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["3000"]
+  assert open(os.path.join(workdir, "checkpoints", "3000", "state", "x"), "rb").read() == b"weights"
+  assert open(os.path.join(workdir, "vocab", "spm.model"), "rb").read() == b"pieces"
+  given, _ = overrides.split_override_args(cmd)
+  c = overrides.apply_overrides(overrides.load_config_file(multi30k_cooldown.CONFIG),
+                                overrides.parse_overrides(given))
+  config_lib.validate(c)
+  assert (c.train.num_steps, c.train.cooldown_steps, c.train.max_train_minutes) == (4000, 1000, 0.0)
+  saved["model"]["dropout_rate"] = 0.3
+  with pytest.raises(SystemExit, match="model.dropout_rate=0.2 but the source run had 0.3"):
+    multi30k_cooldown.check_same_run(saved, multi30k_cooldown.branch_overrides(4000, 3000))
+  with pytest.raises(SystemExit, match="no such checkpoint"):
+    multi30k_cooldown.branch(str(source), 3500, 4000)
