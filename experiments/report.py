@@ -288,6 +288,7 @@ def report_markdown(sweep, scale_name: str, rows: list[dict], results: dict, rea
   vocabs = sorted({r["vocab_sha256"] for r in runs})
   planned = sum(len(r["planned_seeds"]) for r in rows)
   train_h, eval_h = (sum(r[k] for r in rows) / 60 for k in ("train_minutes", "eval_minutes"))
+  shared = ["cores " + ",".join(map(str, r["cpu_share"])) for r in runs if r.get("cpu_share")]
   lines = [f"# {sweep.name} at scale '{scale_name}'", ""]
   if sweep.description:
     lines += [sweep.description + ".", ""]
@@ -300,7 +301,10 @@ def report_markdown(sweep, scale_name: str, rows: list[dict], results: dict, rea
             f"- Runs finished: {len(runs)} of {planned} (row × seed); rows complete: "
             f"{sum(r['complete'] for r in rows)} of {len(rows)}.",
             f"- Wall time: {train_h + eval_h:.2f} h for the {len(runs)} finished runs "
-            f"(training {train_h:.2f} h, evaluation {eval_h:.2f} h); per row below.",
+            f"(training {train_h:.2f} h, evaluation {eval_h:.2f} h); per row below."
+            + (f" {len(shared)} of them ran beside other runs, each on its own share of the "
+               f"cores (`--parallel`; shares: {', '.join(sorted(set(shared)))}): their hours "
+               "overlap, so the sum exceeds the elapsed time." if shared else ""),
             "- Vocabulary: " + (f"one for all runs (sha256 {vocabs[0]}…)" if len(vocabs) == 1 else
                                 f"{len(vocabs)} different ones ({', '.join(vocabs)}): perplexities "
                                 "of runs with different vocabularies do not compare" if vocabs

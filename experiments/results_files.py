@@ -202,6 +202,7 @@ def build_result(res: row_runs.Resolved, seed: int, protocol: dict, workdir: str
       "dev_ppl_curve": curve, "last_quarter": last_quarter_change(curve),
       "train_minutes": timing["train_seconds"] / 60, "train_attempts": timing["train_attempts"],
       "eval_minutes": timing["eval_seconds"] / 60,
+      "cpu_share": timing.get("cpu_share"),  # cores of a --parallel run (None: all of them)
       "step_seconds": sum(r["step_time"] for r in steady) / len(steady) if steady else None,
       "tokens_per_second": (sum(r["tokens_per_second"] for r in steady) / len(steady)
                             if steady else None),

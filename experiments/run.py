@@ -25,25 +25,36 @@ has a result file, even on a fresh clone whose OUT is empty; it resumes an unfin
 its checkpoints and retries a failed one (its error line is kept in OUT/<row>/seed<k>/status.json
 and shown in the report; the sweep goes on). SIGTERM reaches the running subprocess and no
 further run starts. The report (experiments/report.py) is written at the end of every run.
+
+`--parallel=N` runs N (row, seed) pairs at a time on this host, each pinned to its own share of
+the CPU cores (XLA's Eigen pool off on a one-core share). Small models use two cores poorly: at
+Table 3's CPU scale two one-core runs side by side do 1.31x the steps per second of one
+two-core run (experiments/results/sweep_parallel.md). Each result records its share
+(`cpu_share`); the first run that trains the shared vocabulary runs alone.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import hashlib
 import json
 import os
+import queue
 import shlex
 import shutil
 import signal
-import subprocess
 import sys
+import threading
 import time
+from concurrent import futures
 
 from absl import flags
 
 from experiments import report, results_files, row_runs, sweeps
+from experiments.local_runner import (STOP, cpu_shares, forward_sigterm, latest_step,
+                                      subprocess_runner)
 from transformer_jax import errors
 from transformer_jax.config import ConfigError
 from transformer_jax.overrides import REPO, parse_overrides
@@ -67,71 +78,12 @@ _PARAMS = flags.DEFINE_bool("params", False, "Only print the rows' exact paramet
 _EVAL_ONLY = flags.DEFINE_bool("eval_only", False, "Do not train: evaluate runs whose training finished (e.g. launched elsewhere).")
 _BASE_CONFIG = flags.DEFINE_string("base_config", "", "Run-config file replacing the scale's (e.g. configs/tpu.py).")
 _BLEU_SENTENCES = flags.DEFINE_integer("bleu_sentences", -1, "Dev sentences for BLEU (0: all; -1: the scale's).")
+_PARALLEL = flags.DEFINE_integer("parallel", 1, "Runs at a time, each on its own share of this "
+                                 "host's CPU cores (see the module docstring).", lower_bound=1)
 _ROW_TIMEOUT = flags.DEFINE_float("row_timeout_minutes", 0.0, "Stop a run's training after this long "
                                   "(checkpoint saved, recorded as unfinished; 0: no limit).")
 
-_CHILD: list = []              # the running subprocess, for SIGTERM forwarding
-_STOP = {"requested": False}
-
-
-# ----------------------------------------------------------------------------- subprocesses
-
-def latest_step(workdir: str):
-  """The newest finished checkpoint's step (Orbax renames a checkpoint to its step when done)."""
-  d = os.path.join(workdir, "checkpoints")
-  steps = [int(n) for n in os.listdir(d) if n.isdigit()] if os.path.isdir(d) else []
-  return max(steps) if steps else None
-
-
-def error_line(log_text: str, returncode: int) -> str:
-  """The line that says why a subprocess failed: 'error: ...', else the exception, else the last."""
-  lines = [l.strip() for l in log_text.splitlines() if l.strip()]
-  for line in reversed(lines):
-    if line.startswith("error:"):
-      return line[len("error:"):].strip()
-  for line in reversed(lines):
-    head = line.split(":", 1)[0]
-    if head.endswith(("Error", "Exception", "Interrupt")) and " " not in head:
-      return line
-  return (lines[-1] if lines else "") + f" (exit status {returncode})"
-
-
-def subprocess_runner(cmd: list[str], log_path: str, timeout_s: float = 0.0):
-  """Runs cmd from the repository root, output to log_path; (returncode, error line or '').
-  After timeout_s it gets SIGTERM (the training CLI saves a checkpoint and exits)."""
-  with open(log_path, "a") as log:
-    log.write(f"\n# {datetime.datetime.now().isoformat(timespec='seconds')}: {shlex.join(cmd)}\n")
-    log.flush()
-    proc = subprocess.Popen(cmd, cwd=REPO, env=dict(os.environ, PYTHONUNBUFFERED="1"),
-                            stdout=log, stderr=subprocess.STDOUT)
-    _CHILD[:] = [proc]
-    timed_out = False
-    try:
-      proc.wait(timeout=timeout_s or None)
-    except subprocess.TimeoutExpired:
-      timed_out = True
-      proc.send_signal(signal.SIGTERM)
-      try:
-        proc.wait(timeout=180)
-      except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    finally:
-      _CHILD[:] = []
-  if timed_out:
-    return 1, f"timed out after {timeout_s / 60:g} minutes (rerun to resume from its checkpoint)"
-  if proc.returncode == 0:
-    return 0, ""
-  with open(log_path, errors="replace") as f:
-    return proc.returncode, error_line(f.read()[-20000:], proc.returncode)
-
-
-def forward_sigterm(signum, frame):  # pylint: disable=unused-argument
-  """SIGTERM handler: passes the signal to the running subprocess, and no further run starts."""
-  _STOP["requested"] = True
-  for proc in _CHILD:
-    proc.send_signal(signal.SIGTERM)
-
+# ----------------------------------------------------------------------------- the evaluation
 
 def eval_command(workdir: str, bleu_sentences: int, python: str = "python") -> list[str]:
   """The one evaluation of a trained run: the evaluation CLI on the dev split, newest checkpoint."""
@@ -141,30 +93,47 @@ def eval_command(workdir: str, bleu_sentences: int, python: str = "python") -> l
 
 # ----------------------------------------------------------------------------- the shared vocabulary
 
-def _share_vocab(out: str, workdir: str, config, direction: str) -> None:
-  """One vocabulary for all runs: copied into a new workdir, or stashed from a trained one."""
+def _vocab_cache(out: str, config) -> str:
+  """OUT/_vocab/<key>: the vocabulary of every run whose data settings and size are these."""
   data = config.data.to_dict()
   data.pop("data_dir", None)
   key = hashlib.sha1(json.dumps([data, config.model.vocab_size], sort_keys=True,
                                 default=str).encode()).hexdigest()[:12]
-  cache, run_vocab = os.path.join(out, "_vocab", key), os.path.join(workdir, "vocab")
+  return os.path.join(out, "_vocab", key)
+
+
+def _share_vocab(out: str, workdir: str, config, direction: str) -> None:
+  """One vocabulary for all runs: copied into a new workdir, or stashed from a trained one."""
+  cache, run_vocab = _vocab_cache(out, config), os.path.join(workdir, "vocab")
   if direction == "in" and os.path.isdir(cache) and not os.path.exists(run_vocab):
     shutil.copytree(cache, run_vocab)
   elif direction == "out" and os.path.isdir(run_vocab) and not os.path.isdir(cache):
-    tmp = cache + f".tmp{os.getpid()}"
+    tmp = cache + f".tmp{os.getpid()}_{threading.get_ident()}"
     shutil.copytree(run_vocab, tmp)
-    os.replace(tmp, cache)
+    try:
+      os.replace(tmp, cache)
+    except OSError:  # another run stashed its copy meanwhile: keep that one
+      if not os.path.isdir(cache):
+        raise
+      shutil.rmtree(tmp)
 
 
 # ----------------------------------------------------------------------------- one (row, seed)
 
+def _result_path(results_dir: str, row_id: str, seed: int) -> str:
+  return os.path.join(results_dir, f"{row_id}_seed{seed}.json")
+
+
 def run_one(res: row_runs.Resolved, seed: int, out: str, results_dir: str, protocol: dict, *,
             runner=subprocess_runner, eval_only: bool = False, timeout_s: float = 0.0,
-            sweep_command: str = "", log=print) -> dict:
+            sweep_command: str = "", log=print, cpus: list[int] | None = None) -> dict:
   """Trains (or resumes) and evaluates one (row, seed), then writes its result file; returns
-  {'row', 'seed', 'status' ('done', 'failed', 'unfinished'), 'error', 'stage'}."""
+  {'row', 'seed', 'status' ('done', 'failed', 'unfinished'), 'error', 'stage'}. `cpus`: the
+  cores its commands run on (None: all; run_sweep's --parallel)."""
+  if cpus:
+    runner = functools.partial(runner, cpus=cpus)
   name = f"{res.row_id}_seed{seed}"
-  result_path = os.path.join(results_dir, name + ".json")
+  result_path = _result_path(results_dir, res.row_id, seed)
   if os.path.exists(result_path):
     log(f"  {name}: done earlier ({os.path.relpath(result_path)}), skipped")
     return {"row": res.row_id, "seed": seed, "status": "done", "error": "", "stage": ""}
@@ -194,6 +163,7 @@ def run_one(res: row_runs.Resolved, seed: int, out: str, results_dir: str, proto
     rc, error = runner(train_cmd, os.path.join(workdir, "train.log"), timeout_s)
     timing["train_seconds"] += time.time() - start
     timing["train_attempts"] += 1
+    timing["cpu_share"] = cpus  # of the latest training attempt (None: all cores)
     results_files._write_json(timing_path, timing)
     if rc != 0:
       return finish("failed", error, "train")
@@ -232,23 +202,48 @@ def run_one(res: row_runs.Resolved, seed: int, out: str, results_dir: str, proto
 
 
 def run_sweep(runs: list[tuple[row_runs.Resolved, int]], out: str, results_dir: str,
-              protocols: dict[str, dict], *, log=print, **run_args) -> list[dict]:
-  """Every (row, seed) in turn (run_one's keyword arguments); a run's OSError is recorded, the
-  rest go on."""
+              protocols: dict[str, dict], *, log=print, parallel: int = 1, **run_args) -> list[dict]:
+  """Every (row, seed), `parallel` at a time (run_one's keyword arguments); a run's OSError is
+  recorded, the rest go on."""
   os.makedirs(results_dir, exist_ok=True)
-  results, start = [], time.time()
-  for i, (res, seed) in enumerate(runs):
-    if _STOP["requested"]:
-      log("stopped (SIGTERM); rerun the same command to resume")
-      break
-    log(f"[{i + 1}/{len(runs)}] {res.row_id} seed {seed}: {res.label}")
+  start = time.time()
+  host = cpu_shares(parallel) if parallel > 1 else [None]  # None: every core
+  # The first run to do, if it trains the shared vocabulary, runs alone on every core (with the
+  # finished ones before it, which it skips).
+  todo = [i for i, (res, seed) in enumerate(runs)
+          if not os.path.exists(_result_path(results_dir, res.row_id, seed))]
+  first = (todo[0] + 1 if parallel > 1 and todo
+           and not os.path.isdir(_vocab_cache(out, runs[todo[0]][0].config)) else 0)
+  shares = queue.Queue()
+  for share in [None] if first else host:
+    shares.put(share)
+
+  def one(i):
+    res, seed = runs[i]
+    if STOP["requested"]:
+      return None
+    share = shares.get()
     try:
-      results.append(run_one(res, seed, out, results_dir, protocols[res.row_id], log=log,
-                             **run_args))
+      log(f"[{i + 1}/{len(runs)}] {res.row_id} seed {seed}: {res.label}"
+          + (f" (cores {','.join(map(str, share))})" if share else ""))
+      return run_one(res, seed, out, results_dir, protocols[res.row_id], log=log, cpus=share,
+                     **run_args)
     except OSError as e:  # e.g. a full disk in one run's workdir
       log(f"  {res.row_id}_seed{seed}: FAILED: {e}")
-      results.append({"row": res.row_id, "seed": seed, "status": "failed", "error": str(e),
-                      "stage": ""})
+      return {"row": res.row_id, "seed": seed, "status": "failed", "error": str(e), "stage": ""}
+    finally:
+      shares.put(share)
+
+  results = [one(i) for i in range(first)]
+  if first:
+    shares.get()
+    for share in host:
+      shares.put(share)
+  with futures.ThreadPoolExecutor(max_workers=parallel) as pool:
+    results += list(pool.map(one, range(first, len(runs))))
+  if STOP["requested"]:
+    log("stopped (SIGTERM); rerun the same command to resume")
+  results = [r for r in results if r is not None]
   done = sum(r["status"] == "done" for r in results)
   log(f"{done} of {len(runs)} runs done ({(time.time() - start) / 60:.1f} min this time)")
   return results
@@ -341,13 +336,13 @@ def main(argv):
   signal.signal(signal.SIGTERM, forward_sigterm)
   try:
     run_sweep(runs, out, results_dir, protocols, eval_only=_EVAL_ONLY.value,
-              timeout_s=_ROW_TIMEOUT.value * 60,
+              timeout_s=_ROW_TIMEOUT.value * 60, parallel=_PARALLEL.value,
               sweep_command="python -m experiments.run " + shlex.join(sys.argv[1:]))
   except KeyboardInterrupt:
     print("interrupted; rerun the same command to resume (finished runs are kept)", file=sys.stderr)
     sys.exit(130)
   print("wrote " + ", ".join(report.write_report(sweep, scale, results_dir, planned, out=out)))
-  if _STOP["requested"]:
+  if STOP["requested"]:
     sys.exit(143)
 
 

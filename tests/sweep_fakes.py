@@ -5,8 +5,10 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 
-from experiments import run
+from experiments import local_runner, run
 from tests.common import REPO
 
 TABLE3 = "experiments/table3.py"
@@ -34,27 +36,43 @@ class FakeCLI:
   """Stands in for the training and evaluation CLIs, with their workdir semantics: training (with
   --config.seed) leaves checkpoints/<step>, vocab/ and metrics.jsonl (train and dev rows);
   evaluation writes eval/validation_step<step>.{json,jsonl}. `scores`: (row, seed) -> (dev PPL,
-  tokenized BLEU); `fail`, `fail_eval`: (row, seed) pairs; `stop_at`: (row, seed) -> step."""
+  tokenized BLEU); `fail`, `fail_eval`: (row, seed) pairs; `stop_at`: (row, seed) -> step.
+  `train_seconds`: how long a training call takes; `cores` records each call's cores (None: all)
+  and `most_at_once` the most training calls that overlapped."""
 
-  def __init__(self, fail=(), fail_eval=(), stop_at=None, scores=None):
+  def __init__(self, fail=(), fail_eval=(), stop_at=None, scores=None, train_seconds=0.0):
     self.fail, self.fail_eval = set(fail), set(fail_eval)
     self.stop_at, self.scores, self.calls = dict(stop_at or {}), dict(scores or {}), []
+    self.train_seconds, self.cores, self.most_at_once = train_seconds, {}, 0
+    self._lock, self._active = threading.Lock(), 0
 
   @staticmethod
   def _arg(cmd, name):
     return next(a.split("=", 1)[1] for a in cmd if a.startswith(name + "="))
 
-  def __call__(self, cmd, log_path, timeout_s):
+  def __call__(self, cmd, log_path, timeout_s, cpus=None):
     workdir = self._arg(cmd, "--workdir")
     key = (os.path.basename(os.path.dirname(workdir)), int(os.path.basename(workdir)[len("seed"):]))
     if "--mode=eval" in cmd:
       return self._evaluate(cmd, workdir, key)
     assert int(self._arg(cmd, "--config.seed")) == key[1]
-    self.calls.append(("train", *key))
+    with self._lock:
+      self.calls.append(("train", *key))
+      self.cores[key] = cpus
+      self._active += 1
+      self.most_at_once = max(self.most_at_once, self._active)
+    try:
+      time.sleep(self.train_seconds)
+      return self._train(cmd, workdir, key, log_path)
+    finally:
+      with self._lock:
+        self._active -= 1
+
+  def _train(self, cmd, workdir, key, log_path):
     if key in self.fail:
       with open(log_path, "a") as f:
         f.write("Traceback ...\nerror: config key 'model.d_k' boom\n")
-      return 2, run.error_line(open(log_path).read(), 2)
+      return 2, local_runner.error_line(open(log_path).read(), 2)
     steps = int(self._arg(cmd, "--config.train.num_steps"))
     done = self.stop_at.pop(key, steps)  # an interrupted run stops early, exit 0 (as SIGTERM does)
     os.makedirs(os.path.join(workdir, "checkpoints", str(done)), exist_ok=True)
@@ -72,10 +90,11 @@ class FakeCLI:
   def _evaluate(self, cmd, workdir, key):
     assert cmd[1:] == ["-m", "transformer_jax.main", "--mode=eval", f"--workdir={workdir}",
                        "--split=validation", cmd[-1]]
-    self.calls.append(("eval", *key))
+    with self._lock:
+      self.calls.append(("eval", *key))
     if key in self.fail_eval:
       return 1, "RuntimeError: out of memory"
-    step = run.latest_step(workdir)
+    step = local_runner.latest_step(workdir)
     ppl, bleu = self.scores.get(key, (9.0, 5.0))
     stem = os.path.join(workdir, "eval", f"validation_step{step}")
     os.makedirs(os.path.dirname(stem), exist_ok=True)

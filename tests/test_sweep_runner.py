@@ -6,10 +6,11 @@ import json
 import os
 import shutil
 import sys
+import threading
 
 import pytest
 
-from experiments import results_files, row_runs, run, sweeps
+from experiments import local_runner, results_files, row_runs, sweeps
 from tests.common import DATA_DIR, requires_data
 from tests.sweep_fakes import (REFERENCES, TABLE3, FakeCLI, file_snapshot, one_line_error, run_fake,
                                sweep_cli)
@@ -72,6 +73,59 @@ def test_rerun_skips_finished_runs_resumes_and_retries(table3, tmp_path):
   assert fake.calls == []
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPU cores")
+def test_parallel_runs_each_on_its_own_cores(table3, tmp_path):
+  """--parallel=2: the first run (it trains the shared vocabulary) alone on every core, then two
+  at a time, each on its own half of the cores, recorded in its result; the same results as one
+  at a time, and a rerun skips them all."""
+  rows = ["base", "A_h1", "C_N8"]
+  serial = FakeCLI()
+  run_fake(table3, tmp_path / "serial", tmp_path / "serial_results", rows, serial)
+  fake = FakeCLI(train_seconds=0.3)
+  out, results = tmp_path / "sweep", tmp_path / "results"
+  states = run_fake(table3, out, results, rows, fake, parallel=2)
+  assert [(s["row"], s["seed"], s["status"]) for s in states] == [
+      (r, s, "done") for r, s in [("base", 0), ("base", 1), ("base", 2), ("A_h1", 0), ("A_h1", 1),
+                                  ("C_N8", 0), ("C_N8", 1)]]
+  halves = local_runner.cpu_shares(2)
+  assert sorted(halves[0] + halves[1]) == sorted(os.sched_getaffinity(0)) and halves[0] and halves[1]
+  assert fake.cores.pop(("base", 0)) is None  # alone, on every core
+  assert sorted(map(tuple, set(map(tuple, fake.cores.values())))) == sorted(map(tuple, halves))
+  assert fake.most_at_once == 2
+  for name in os.listdir(results):
+    ours, theirs = json.load(open(results / name)), json.load(open(tmp_path / "serial_results" / name))
+    for r in (ours, theirs):
+      for key in ("train_minutes", "eval_minutes", "date", "commands", "cpu_share"):
+        r.pop(key, None)
+    assert ours == theirs, name
+  assert json.load(open(results / "A_h1_seed0.json"))["cpu_share"] in halves
+  report = sweep_cli("--report", f"--sweep={TABLE3}", "--scale=tiny", f"--results_dir={results}",
+                     f"--out={out}")
+  assert report.returncode == 0, report.stderr
+  assert ("6 of them ran beside other runs, each on its own share of the cores (`--parallel`"
+          in (tmp_path / "results.md").read_text())
+  before, fake.calls = file_snapshot(results), []
+  run_fake(table3, out, results, rows, fake, parallel=2)
+  assert fake.calls == [] and file_snapshot(results) == before
+  with pytest.raises(ConfigError, match="--parallel=.*CPU cores; give at most one run per core"):
+    local_runner.cpu_shares(len(os.sched_getaffinity(0)) + 1)
+
+
+def test_a_run_on_one_core_is_pinned_and_single_threaded(tmp_path):
+  """subprocess_runner with cpus: the child inherits the calling thread's affinity and XLA's
+  one-core flag; the caller's other threads keep every core."""
+  cores = sorted(os.sched_getaffinity(0))
+  probe = [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)), os.environ.get('XLA_FLAGS'))"]
+  log = tmp_path / "probe.log"
+  outcome = []
+  worker = threading.Thread(target=lambda: outcome.append(local_runner.subprocess_runner(probe, str(log), cpus=[cores[-1]])))
+  worker.start()
+  worker.join()
+  assert outcome == [(0, "")]
+  assert f"[{cores[-1]}] " in log.read_text() and local_runner.ONE_CORE_XLA_FLAGS in log.read_text()
+  assert sorted(os.sched_getaffinity(0)) == cores
+
+
 def test_results_of_another_protocol_or_row_stop_everything(table3, tmp_path):
   out, results = tmp_path / "sweep", tmp_path / "results"
   run_fake(table3, out, results, ["base"], FakeCLI(), base_seeds=(0,))
@@ -94,17 +148,17 @@ def test_results_of_another_protocol_or_row_stop_everything(table3, tmp_path):
 def test_subprocess_runner_reports_errors_and_timeouts(tmp_path):
   log = str(tmp_path / "row.log")
   fail = [sys.executable, "-c", "import sys; print('step 1'); print('error: bad thing', file=sys.stderr); sys.exit(2)"]
-  assert run.subprocess_runner(fail, log) == (2, "bad thing")
+  assert local_runner.subprocess_runner(fail, log) == (2, "bad thing")
   slow = [sys.executable, "-c", "import time; time.sleep(60)"]
-  rc, error = run.subprocess_runner(slow, log, timeout_s=0.5)
+  rc, error = local_runner.subprocess_runner(slow, log, timeout_s=0.5)
   assert rc == 1 and error.startswith("timed out after") and "rerun to resume" in error
   assert open(log).read().count("\n# ") == 2  # each command is logged before its output
 
 
 def test_error_line_picks_the_reason():
-  assert run.error_line("x\nerror: bad key\nmore\n", 2) == "bad key"
-  assert run.error_line("Traceback\n  File x\nValueError: boom\nI0 log\n", 1) == "ValueError: boom"
-  assert run.error_line("killed\n", -9) == "killed (exit status -9)"
+  assert local_runner.error_line("x\nerror: bad key\nmore\n", 2) == "bad key"
+  assert local_runner.error_line("Traceback\n  File x\nValueError: boom\nI0 log\n", 1) == "ValueError: boom"
+  assert local_runner.error_line("killed\n", -9) == "killed (exit status -9)"
 
 
 def test_last_quarter_change():

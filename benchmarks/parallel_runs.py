@@ -1,0 +1,108 @@
+"""One run on every core, or one run per core side by side: train steps per second of a sweep
+row on this host (the measurement behind `python -m experiments.run --parallel`).
+
+  python -m benchmarks.parallel_runs [--row=base --scale=cpu --batch=20x100 --steps=30]
+  -> experiments/results/sweep_parallel.{md,json}
+
+The row's model at the scale (experiments/row_runs.py) is timed by the train-step benchmark
+(`python -m benchmarks --only=train`: compile, warm-up, then the median of --steps steps) in
+three set-ups: one process on every core; one process pinned to one core with XLA's Eigen pool
+off; and one such process per core, all at once (what `--parallel` runs). Throughput is steps
+per second summed over the processes. Run it on an idle machine (each benchmark's JSON, kept in
+the result's `setups`, records the load it saw).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+import tempfile
+import threading
+
+from experiments import local_runner, row_runs, sweeps
+from experiments.results_files import machine
+from transformer_jax import markdown
+from transformer_jax.overrides import REPO
+
+RESULTS = os.path.join(REPO, "experiments", "results", "sweep_parallel")
+
+
+def _bench(args, overrides, folder, name, cpus):
+  """One benchmark process; returns its train entry (step times) and load record."""
+  out = os.path.join(folder, name)
+  cmd = [sys.executable, "-m", "benchmarks", "--only=train", f"--train=multi30k:{args.batch}",
+         f"--steps={args.steps}", "--warmup=3", f"--out={out}", *overrides]
+  rc, error = local_runner.subprocess_runner(cmd, out + ".log", cpus=cpus)
+  if rc:
+    raise SystemExit(f"error: {' '.join(cmd)} failed: {error} (log {out}.log)")
+  with open(out + ".json") as f:
+    report = json.load(f)
+  entry = report["train"][0]
+  return {"cores": cpus, "step_s_median": entry["step_s"]["median"], "mfu": entry["mfu"],
+          "load_before": report.get("load_before"), "command": " ".join(["python", *cmd[1:]])}
+
+
+def _side_by_side(args, overrides, folder, name, shares):
+  found, threads = {}, []
+  for i, share in enumerate(shares):
+    t = threading.Thread(target=lambda i=i, share=share: found.__setitem__(
+        i, _bench(args, overrides, folder, f"{name}{i}", share)))
+    t.start()
+    threads.append(t)
+  for t in threads:
+    t.join()
+  if len(found) != len(shares):
+    raise SystemExit("error: a side-by-side benchmark process failed (its error is above)")
+  return [found[i] for i in range(len(shares))]
+
+
+def main() -> None:
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p.add_argument("--sweep", default="experiments/table3.py")
+  p.add_argument("--row", default="base")
+  p.add_argument("--scale", default="cpu")
+  p.add_argument("--batch", default="20x100", help="ROWSxLENGTH of a packed batch (the scale's)")
+  p.add_argument("--steps", type=int, default=30)
+  p.add_argument("--out", default=RESULTS)
+  p.add_argument("--notes", default="", help="Circumstances worth recording (e.g. what was paused).")
+  args = p.parse_args()
+  res = row_runs.resolve(sweeps.load_sweep(args.sweep), args.row, args.scale)
+  overrides = [o for o in res.overrides if o.startswith("--config.model.")]
+  one_core = local_runner.cpu_shares(len(os.sched_getaffinity(0)))
+  with tempfile.TemporaryDirectory() as folder:
+    setups = [("one run, every core", [_bench(args, overrides, folder, "all", None)]),
+              ("one run, one core", [_bench(args, overrides, folder, "one", one_core[0])]),
+              (f"{len(one_core)} runs side by side, one core each",
+               _side_by_side(args, overrides, folder, "pair", one_core))]
+  base = 1 / setups[0][1][0]["step_s_median"]
+  rows = [{"setup": name, "processes": procs, "steps_per_s": sum(1 / r["step_s_median"] for r in procs)}
+          for name, procs in setups]
+  for r in rows:
+    r["vs_one_run_every_core"] = r["steps_per_s"] / base
+  record = {"row": args.row, "scale": args.scale, "batch": args.batch, "overrides": overrides,
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "machine": machine(), "notes": args.notes, "setups": rows,
+            "command": "python -m benchmarks.parallel_runs " + " ".join(
+                f"--{k}={v}" for k, v in vars(args).items() if k != "out")}
+  with open(args.out + ".json", "w") as f:
+    json.dump(record, f, indent=1)
+  table = markdown.table(
+      ["set-up", "s/step (median, per process)", "steps/s (all processes)", "vs one run on every core"],
+      [[r["setup"], ", ".join(f"{p['step_s_median']:.3f}" for p in r["processes"]),
+        f"{r['steps_per_s']:.2f}", f"{r['vs_one_run_every_core']:.2f}x"] for r in rows])
+  with open(args.out + ".md", "w") as f:
+    f.write(f"# Sweep runs: one on every core, or one per core side by side\n\n"
+            f"`{record['command']}` ({record['date']}; {record['machine']['cpu']}, "
+            f"{record['machine']['cores']} cores). Row `{args.row}` at scale `{args.scale}` "
+            f"({' '.join(overrides)}), packed batches of {args.batch}; each s/step is the train-step "
+            "benchmark's median (`python -m benchmarks --only=train`). One core = pinned, XLA's "
+            "Eigen pool off (`experiments.run --parallel`).\n\n" + table + "\n"
+            + (f"\n{args.notes}\n" if args.notes else ""))
+  print(table)
+
+
+if __name__ == "__main__":
+  main()
