@@ -28,7 +28,7 @@ further run starts. The report (experiments/report.py) is written at the end of 
 
 `--parallel=N` runs N (row, seed) pairs at a time on this host, each pinned to its own share of
 the CPU cores (XLA's Eigen pool off on a one-core share). Small models use two cores poorly: at
-Table 3's CPU scale two one-core runs side by side do 1.31x the steps per second of one
+Table 3's CPU scale two one-core runs side by side do 1.48x the steps per second of one
 two-core run (experiments/results/sweep_parallel.md). Each result records its share
 (`cpu_share`); the first run that trains the shared vocabulary runs alone.
 """
