@@ -15,7 +15,7 @@ from transformer_jax.overrides import REPO
 
 _CHILD: set = set()            # the running subprocesses, for SIGTERM forwarding
 _CHILD_LOCK = threading.Lock()
-STOP = {"requested": False}
+STOP = {"requested": False}  # set by forward_sigterm: no further run starts
 ONE_CORE_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false"
 
 
