@@ -296,11 +296,13 @@ def test_seed_lists():
       row_runs.parse_seeds(text, "--seeds")
 
 
-def test_bad_seeds_on_the_command_line(tmp_path):
+def test_bad_seeds_and_parallel_on_the_command_line(tmp_path):
   out, results = tmp_path / "out", tmp_path / "results"
   for flag, text in (("--seeds=", "--seeds: the seed list is empty"),
                      ("--base_seeds=0,-2", "--base_seeds=0,-2: '-2' is not a seed"),
-                     ("--config.seed=4", "use --seeds=0,1 and --base_seeds=0,1,2")):
+                     ("--config.seed=4", "use --seeds=0,1 and --base_seeds=0,1,2"),
+                     (f"--parallel={len(os.sched_getaffinity(0)) + 1}",
+                      "CPU cores; give at most one run per core")):
     assert text in one_line_error(sweep_cli(f"--sweep={TABLE3}", "--scale=tiny", f"--out={out}",
                                         f"--results_dir={results}", flag))
   assert not out.exists() and not results.exists()
