@@ -86,7 +86,10 @@ def scale(config: str, *, dim_factor: float = 1.0, num_steps: int = 0, bleu_sent
 # (loss, perplexity; BLEU of beam search on the first bleu_sentences sentences).
 # Chosen from the pilot (experiments/results/table3_pilot_reading.md): widths x1/8 learn more per
 # minute than x1/4 here, and a peak learning rate twice the 300-step scale's learns faster without
-# diverging; 3000 steps is what ~41 runs can afford in ~8 hours of this machine.
+# diverging; 3000 steps was sized for ~41 runs in ~8 hours of this machine from the pilot's base
+# timing. Measured since (experiments/results/table3_cpu.md, sweep_parallel.md): base takes
+# 0.39 s/step alone on both cores, rows with many narrow heads (A h=16, h=32) several times
+# that, so the whole sweep takes well over 8 hours here even with `--parallel=2` (1.48x).
 CPU = dict(dim_factor=0.125, num_steps=3000, tokens_per_batch=2048, warmup_steps=400,
            learning_rate_scale=0.5, dev_evaluations=10, bleu_sentences=500,
            seeds=(0, 1), base_seeds=(0, 1, 2))
