@@ -234,3 +234,29 @@ def test_side_by_side_interleaves_the_timed_steps():
                                         steps=3, warmup=1)
   assert calls == ["flax", "ours"] + ["flax", "ours"] * 3
   assert samples == [[3.0] * 3, [2.0] * 3]
+
+
+def test_parallel_runs_sums_steps_per_second_over_processes(tmp_path, monkeypatch):
+  """benchmarks.parallel_runs: the row's model overrides go to each benchmark process, the three
+  set-ups are one run on every core, one pinned run, and one pinned run per core at once, and
+  throughput is steps/s summed over the processes (the benchmark processes faked)."""
+  from benchmarks import parallel_runs  # pylint: disable=g-import-not-at-top
+  seen = []
+
+  def fake_bench(args, overrides, folder, name, cpus):
+    seen.append((name, cpus, tuple(overrides)))
+    return {"cores": cpus, "step_s_median": 0.4 if cpus is None else 0.5, "mfu": 0.3,
+            "load_before": [0.0], "command": "python -m benchmarks ..."}
+
+  monkeypatch.setattr(parallel_runs, "_bench", fake_bench)
+  monkeypatch.setattr(sys, "argv", ["parallel_runs", f"--out={tmp_path / 'p'}", "--steps=3"])
+  parallel_runs.main()
+  cores = sorted(os.sched_getaffinity(0))
+  assert [(n, c) for n, c, _ in seen[:2]] == [("all", None), ("one", [cores[0]])]
+  assert sorted(c[0] for _, c, _ in seen[2:]) == cores
+  assert "--config.model.d_model=64" in seen[0][2] and "--config.model.num_heads=8" in seen[0][2]
+  data = json.load(open(tmp_path / "p.json"))
+  steps = [s["steps_per_s"] for s in data["setups"]]
+  assert steps == pytest.approx([2.5, 2.0, 2.0 * len(cores)])
+  assert data["setups"][2]["vs_one_run_every_core"] == pytest.approx(0.8 * len(cores))
+  assert "| one run, every core | 0.400 | 2.50 | 1.00x |" in (tmp_path / "p.md").read_text()
