@@ -94,12 +94,22 @@ def main() -> None:
   p.add_argument("--starts", required=True, help="Checkpoint steps where cool-downs start, e.g. 3908,3130.")
   p.add_argument("--out", default=os.path.join(report_run.RESULTS, "multi30k_cooldown"))
   args = p.parse_args()
-  with open(os.path.join(args.source, "config.json")) as f:
+  saved = os.path.join(args.source, "config.json")
+  if not os.path.isfile(saved):
+    sys.exit(f"error: {saved}: no such file (--source must be the hour's training workdir)")
+  with open(saved) as f:
     source_config = json.load(f)
+  try:
+    starts = [int(s) for s in args.starts.split(",")]
+  except ValueError:
+    sys.exit(f"error: --starts={args.starts}: expected checkpoint steps, e.g. 3908,3130")
   total = max(int(n) for n in os.listdir(os.path.join(args.source, "checkpoints")) if n.isdigit())
+  late = [s for s in starts if not 0 < s < total]
+  if late:
+    sys.exit(f"error: --starts={args.starts}: {late[0]} is not a step before the run's last ({total})")
   rows = [{"variant": f"no cool-down (the hour's run, {total} steps)", "start": None,
            "command": "", "dev": scores(args.source, total)}]
-  for start in (int(s) for s in args.starts.split(",")):
+  for start in starts:
     check_same_run(source_config, branch_overrides(total, start))
     workdir, cmd = branch(args.source, start, total)
     if subprocess.run([sys.executable, *cmd[1:]], check=False).returncode:
