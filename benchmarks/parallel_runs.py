@@ -25,6 +25,7 @@ import threading
 from experiments import local_runner, row_runs, sweeps
 from experiments.results_files import machine
 from transformer_jax import markdown
+from transformer_jax.config import ConfigError
 from transformer_jax.overrides import REPO
 
 RESULTS = os.path.join(REPO, "experiments", "results", "sweep_parallel")
@@ -69,7 +70,10 @@ def main() -> None:
   p.add_argument("--out", default=RESULTS)
   p.add_argument("--notes", default="", help="Circumstances worth recording (e.g. what was paused).")
   args = p.parse_args()
-  res = row_runs.resolve(sweeps.load_sweep(args.sweep), args.row, args.scale)
+  try:
+    res = row_runs.resolve(sweeps.load_sweep(args.sweep), args.row, args.scale)
+  except ConfigError as e:
+    raise SystemExit(f"error: {e}") from None
   overrides = [o for o in res.overrides if o.startswith("--config.model.")]
   one_core = local_runner.cpu_shares(len(os.sched_getaffinity(0)))
   with tempfile.TemporaryDirectory() as folder:
