@@ -20,7 +20,7 @@ import json
 import os
 import sys
 import tempfile
-import threading
+from concurrent import futures
 
 from experiments import local_runner, row_runs, sweeps
 from experiments.results_files import machine
@@ -47,17 +47,10 @@ def _bench(args, overrides, folder, name, cpus):
 
 
 def _side_by_side(args, overrides, folder, name, shares):
-  found, threads = {}, []
-  for i, share in enumerate(shares):
-    t = threading.Thread(target=lambda i=i, share=share: found.__setitem__(
-        i, _bench(args, overrides, folder, f"{name}{i}", share)))
-    t.start()
-    threads.append(t)
-  for t in threads:
-    t.join()
-  if len(found) != len(shares):
-    raise SystemExit("error: a side-by-side benchmark process failed (its error is above)")
-  return [found[i] for i in range(len(shares))]
+  """One benchmark process per share of cores, all at once."""
+  with futures.ThreadPoolExecutor(max_workers=len(shares)) as pool:
+    return list(pool.map(lambda i: _bench(args, overrides, folder, f"{name}{i}", shares[i]),
+                         range(len(shares))))
 
 
 def main() -> None:
