@@ -2,6 +2,8 @@
 
   git clone --depth 1 https://github.com/google/flax /tmp/flax
   python -m benchmarks.flax_wmt_decode --flax_wmt_dir=/tmp/flax/examples/wmt
+  python -m benchmarks.flax_wmt_decode --flax_wmt_dir=/tmp/flax/examples/wmt \
+      --workdir=<a run trained with --config.model.pre_ln=True> --sentences=32
 
 Theirs is their train.py's `initialize_cache` + `predict_step` (their decode.py's beam search
 and their models.py's cache), unchanged, pmapped over the one local device as their
@@ -12,9 +14,12 @@ same output limit: their max_decode_len = source width + `--max_extra_len`, whic
 buffer (our per-sentence limit, source length + max_extra_len, is the same number when every
 source has the full width, as here). Weights are random for both (each model's own
 initializer), so neither side stops early: both run every output position, the case the issue's
-first measurement took. Batches are timed in rounds of one batch of each side in turn
-(`train_step.time_interleaved`); both run with the same process settings (this entry point
-re-executes itself with `host_memory.MALLOC_SETTINGS`).
+first measurement took. With `--workdir`, both decode the first dev sentences with one trained
+model instead: a pre-LN run of ours converted to their parameters (flax_wmt_weights.py, checked
+on teacher-forced logits before anything is timed), so both stop early as real translation
+does, and the report counts the sentences whose best outputs are identical. Batches are timed
+in rounds of one batch of each side in turn (`train_step.time_interleaved`); both run with the
+same process settings (this entry point re-executes itself with `host_memory.MALLOC_SETTINGS`).
 """
 
 if __name__ == "__main__":
@@ -40,7 +45,7 @@ from transformer_jax.markdown import table
 from transformer_jax.model import Transformer
 from transformer_jax.special_ids import EOS_ID
 
-from benchmarks import report, train_step
+from benchmarks import flax_wmt_weights, report, train_step
 from benchmarks.flax_example import check_command_line, load_flax_wmt
 
 ALPHA = 0.6
@@ -55,8 +60,13 @@ _EXTRA = flags.DEFINE_integer("max_extra_len", 50, "output positions beyond the 
                               lower_bound=1)
 _ROUNDS = flags.DEFINE_integer("rounds", 3, "timed rounds (one batch of each side per round)",
                                lower_bound=1)
-_OUT = flags.DEFINE_string("out", "experiments/results/bench_flax_wmt_decode",
-                           "writes OUT.json and OUT.md ('' to write nothing)")
+_WORKDIR = flags.DEFINE_string(
+    "workdir", None, "a trained pre-LN run (model.pre_ln=True) to decode its first --sentences dev "
+    "sentences with on both sides (--source_len is then their padded width); default: random "
+    "weights at base size")
+_OUT = flags.DEFINE_string("out", None,
+                           "writes OUT.json and OUT.md ('' to write nothing; default: "
+                           "experiments/results/bench_flax_wmt_decode, + '_trained' with --workdir)")
 
 
 def source_ids(rows: int, width: int, eos: int, seed: int = 0) -> np.ndarray:
@@ -69,18 +79,9 @@ class FlaxDecoder:
   """Their cache initialisation + beam search for one batch, as their train_and_evaluate sets
   them up; each call decodes the batch and returns its wall time."""
 
-  def __init__(self, models, train, rows: int, width: int, beam_size: int, max_decode_len: int):
-    config = models.TransformerConfig(
-        vocab_size=train_step.FLAX_VOCAB, output_vocab_size=train_step.FLAX_VOCAB,
-        share_embeddings=True, logits_via_embedding=True, dtype=jnp.float32, emb_dim=512,
-        num_heads=8, num_layers=6, qkv_dim=512, mlp_dim=2048,
-        max_len=max(256, max_decode_len), dropout_rate=0.1, attention_dropout_rate=0.1,
-        deterministic=True, decode=False, kernel_init=nn.initializers.xavier_uniform(),
-        bias_init=nn.initializers.normal(stddev=1e-6))
+  def __init__(self, train, config, params, inputs: np.ndarray, beam_size: int,
+               max_decode_len: int):
     predict_config = config.replace(decode=True)
-    m = models.Transformer(config)
-    params = jax.jit(m.init)(jax.random.key(0), jnp.ones((rows, width), jnp.float32),
-                             jnp.ones((rows, width), jnp.float32))["params"]
     self.params = jax_utils.replicate(params)
     self.p_init_cache = jax.pmap(functools.partial(
         train.initialize_cache, max_decode_len=max_decode_len, config=predict_config),
@@ -89,7 +90,7 @@ class FlaxDecoder:
         functools.partial(train.predict_step, config=predict_config, beam_size=beam_size),
         axis_name="batch", static_broadcasted_argnums=(3, 4))
     self.eos, self.max_decode_len = train.decode.EOS_ID, max_decode_len
-    self.inputs = common_utils.shard(source_ids(rows, width, self.eos))
+    self.inputs = common_utils.shard(inputs)
 
   def __call__(self) -> float:
     t = time.perf_counter()
@@ -100,40 +101,111 @@ class FlaxDecoder:
     return time.perf_counter() - t
 
 
-class OurDecoder:
-  """decode.jitted_beam_decode on the same shapes; each call decodes the batch."""
+def random_flax_side(models, rows: int, width: int, max_decode_len: int):
+  """Their base-size config and their own initializer's weights."""
+  config = models.TransformerConfig(
+      vocab_size=train_step.FLAX_VOCAB, output_vocab_size=train_step.FLAX_VOCAB,
+      share_embeddings=True, logits_via_embedding=True, dtype=jnp.float32, emb_dim=512,
+      num_heads=8, num_layers=6, qkv_dim=512, mlp_dim=2048,
+      max_len=max(256, max_decode_len), dropout_rate=0.1, attention_dropout_rate=0.1,
+      deterministic=True, decode=False, kernel_init=nn.initializers.xavier_uniform(),
+      bias_init=nn.initializers.normal(stddev=1e-6))
+  params = jax.jit(models.Transformer(config).init)(
+      jax.random.key(0), jnp.ones((rows, width), jnp.float32),
+      jnp.ones((rows, width), jnp.float32))["params"]
+  return config, params
 
-  def __init__(self, rows: int, width: int, beam_size: int, max_extra_len: int):
-    run_config, _ = train_step.train_config("base")
-    self.cfg = ModelConfig.from_config(run_config.model)
-    dummy = jnp.ones((1, 8), jnp.int32)
-    self.params = nn.meta.unbox(jax.jit(Transformer(self.cfg).init)(
-        jax.random.key(0), dummy, dummy)["params"])
-    self.fn = decode.jitted_beam_decode(self.cfg, beam_size, ALPHA, max_extra_len)
-    self.inputs = jnp.asarray(source_ids(rows, width, EOS_ID))
+
+class OurDecoder:
+  """decode.jitted_beam_decode on the same inputs; each call decodes the batch."""
+
+  def __init__(self, cfg: ModelConfig, params, inputs: np.ndarray, beam_size: int,
+               max_extra_len: int):
+    self.cfg, self.params = cfg, params
+    self.fn = decode.jitted_beam_decode(cfg, beam_size, ALPHA, max_extra_len)
+    self.inputs = jnp.asarray(inputs)
 
   def __call__(self) -> float:
     t = time.perf_counter()
     result = self.fn(self.params, self.inputs)
     jax.block_until_ready(result)
     self.steps = int(result.num_steps)
+    self.output = np.asarray(result.seqs_BxKxL[:, 0, :])
     return time.perf_counter() - t
 
 
+def random_our_side():
+  """Our base-size config and our own initializer's weights."""
+  run_config, _ = train_step.train_config("base")
+  cfg = ModelConfig.from_config(run_config.model)
+  dummy = jnp.ones((1, 8), jnp.int32)
+  params = nn.meta.unbox(jax.jit(Transformer(cfg).init)(jax.random.key(0), dummy, dummy)["params"])
+  return cfg, params
+
+
+def trained_sides(models, workdir: str, rows: int, max_extra_len: int):
+  """A trained pre-LN workdir's last checkpoint on both sides (flax_wmt_weights), and its first
+  `rows` dev sentences (ours, theirs with their EOS id): (ours, theirs, teacher-forced
+  agreement)."""
+  from transformer_jax import evaluate  # pylint: disable=g-import-not-at-top
+  from transformer_jax.data import sources, tokenizer  # pylint: disable=g-import-not-at-top
+  from transformer_jax.model import unstack_layers  # pylint: disable=g-import-not-at-top
+  params, config, step, _ = evaluate.checkpoint_config(workdir)
+  cfg, params = unstack_layers(ModelConfig.from_config(config.model), nn.meta.unbox(params))
+  flax_wmt_weights.check_convertible(cfg, f"--workdir={workdir}")
+  tok = tokenizer.load_tokenizer(workdir)
+  texts = sources.load_split_texts(config, "validation")[0][:rows]
+  ids = [tok.encode_with_eos(t)[:cfg.max_len] for t in texts]
+  inputs = np.zeros((len(ids), max(map(len, ids))), np.int32)
+  for row, sentence in zip(inputs, ids):
+    row[:len(sentence)] = sentence
+  max_len = inputs.shape[1] + max_extra_len
+  flax_cfg = flax_wmt_weights.flax_config(models, cfg, max(max_len, cfg.max_len))
+  flax_params = flax_wmt_weights.to_flax_params(params, cfg, flax_cfg.max_len)
+  # Teacher forcing on the sources themselves as targets: both models' logits, ids in our order.
+  ours = Transformer(cfg).apply({"params": params}, inputs, inputs)
+  theirs = models.Transformer(flax_cfg).apply(
+      {"params": flax_params}, flax_wmt_weights.swap_eos(inputs),
+      flax_wmt_weights.swap_eos(inputs))
+  theirs = np.asarray(theirs)[..., flax_wmt_weights.swap_eos(np.arange(cfg.vocab_size))]
+  mask = inputs != 0
+  diff = float(np.max(np.abs(np.asarray(ours) - theirs)[mask]))
+  scale = float(np.max(np.abs(np.asarray(ours))[mask]))
+  if diff > 1e-3 * scale:
+    raise ConfigError(f"--workdir={workdir}: converted weights disagree with ours (logits differ "
+                      f"by {diff:.3g} at scale {scale:.3g}): not a side-by-side of one model")
+  agreement = {"checkpoint_step": step, "max_abs_logit_diff": diff, "max_abs_logit": scale}
+  return (cfg, params, inputs), (flax_cfg, flax_params, flax_wmt_weights.swap_eos(inputs)), \
+      agreement
+
+
 def run(folder: str, rows: int, width: int, beam_size: int, max_extra_len: int, rounds: int,
-        command: str) -> dict:
+        command: str, workdir: str | None = None) -> dict:
   if width + max_extra_len > 1024:
     raise ConfigError(f"--source_len + --max_extra_len = {width + max_extra_len}: too long")
   models, train = load_flax_wmt(folder, with_decode=True)
   result = report.start(command)
+  if workdir:
+    (cfg, params, inputs), (flax_cfg, flax_params, flax_inputs), agreement = \
+        trained_sides(models, workdir, rows, max_extra_len)
+    width = inputs.shape[1]
+    weights = f"trained ({workdir}, step {agreement['checkpoint_step']})"
+  else:
+    max_decode_len = width + max_extra_len
+    flax_cfg, flax_params = random_flax_side(models, rows, width, max_decode_len)
+    flax_inputs = source_ids(rows, width, train.decode.EOS_ID)
+    cfg, params = random_our_side()
+    inputs = source_ids(rows, width, EOS_ID)
+    agreement = None
+    weights = "random (each side's own initializer)"
   max_decode_len = width + max_extra_len
   print(f"{rows} sentences x {width} source tokens, beam {beam_size}, {max_decode_len} output "
         "positions: compiling both ...", flush=True)
-  theirs = FlaxDecoder(models, train, rows, width, beam_size, max_decode_len)
+  theirs = FlaxDecoder(train, flax_cfg, flax_params, flax_inputs, beam_size, max_decode_len)
   t = time.perf_counter()
   theirs()
   their_compile = time.perf_counter() - t
-  ours = OurDecoder(rows, width, beam_size, max_extra_len)
+  ours = OurDecoder(cfg, params, inputs, beam_size, max_extra_len)
   t = time.perf_counter()
   ours()
   our_compile = time.perf_counter() - t
@@ -148,9 +220,14 @@ def run(folder: str, rows: int, width: int, beam_size: int, max_extra_len: int, 
                           "sentences_per_s": rows / median(ours_s)},
       "speedup": median(flax_s) / median(ours_s),
       "speedup_per_round": [f / o for f, o in zip(flax_s, ours_s)]}
+  if agreement is not None:
+    same = [a == b for a, b in zip(decode.strip_eos(ours.output),
+                                   decode.strip_eos(flax_wmt_weights.swap_eos(theirs.output)))]
+    entry.update(agreement, identical_outputs=int(sum(same)),
+                 output_tokens=sum(len(s) for s in decode.strip_eos(ours.output)))
   print(f"flax WMT {median(flax_s):.2f} s/batch, ours {median(ours_s):.2f} s/batch: "
         f"{entry['speedup']:.2f}x", flush=True)
-  result.update(entries=[entry], weights="random (each side's own initializer)")
+  result.update(entries=[entry], weights=weights)
   return report.finish(result)
 
 
@@ -166,12 +243,21 @@ def markdown(r: dict) -> str:
                  f"**{e['speedup']:.2f}x**",
                  f"{min(e['speedup_per_round']):.2f}-{max(e['speedup_per_round']):.2f}x"])
   lines = report.header("The flax WMT example's beam-search decoding and ours, side by side", r)
+  if r["weights"].startswith("random"):
+    setup = ("Base size, vocabulary 32000 shared, float32, beam 4, alpha 0.6, random weights "
+             "(each side's own initializer: neither stops early), the same random source ids")
+  else:
+    e = r["entries"][0]
+    setup = (f"Weights {r['weights']}, converted to their model "
+             "(`benchmarks/flax_wmt_weights.py`; teacher-forced logits agree to "
+             f"{e['max_abs_logit_diff']:.1e} at a largest logit of {e['max_abs_logit']:.1f}), "
+             "float32, beam 4, alpha 0.6, the first dev sentences of the run's corpus, padded "
+             f"to the longest; both stop early. Identical best outputs: "
+             f"{e['identical_outputs']} of {e['sentences']} ({e['output_tokens']} output tokens)")
   lines += [
-      "Base size, vocabulary 32000 shared, float32, beam 4, alpha 0.6, random weights (each "
-      "side's own initializer: neither stops early), the same random source ids; their "
-      "`initialize_cache` + `predict_step` (pmapped, as their train.py) against our "
-      "`decode.jitted_beam_decode`. Batches timed in rounds of one batch of each side in turn; "
-      "'per round' is the range of flax's batch time over ours within a round.", "",
+      setup + "; their `initialize_cache` + `predict_step` (pmapped, as their train.py) against "
+      "our `decode.jitted_beam_decode`. Batches timed in rounds of one batch of each side in "
+      "turn; 'per round' is the range of flax's batch time over ours within a round.", "",
       table(["sentences x source tokens", "beam", "output positions",
              "flax WMT s/batch (median; min)", "sent/s", "ours s/batch (median; min)", "sent/s",
              "our decoder steps", "speed-up (medians)", "per round"], rows),
@@ -184,9 +270,13 @@ def markdown(r: dict) -> str:
 def main(argv):
   check_command_line(argv, _FLAX_WMT_DIR.value)
   r = run(_FLAX_WMT_DIR.value, _SENTENCES.value, _SOURCE_LEN.value, _BEAM.value, _EXTRA.value,
-          _ROUNDS.value, shlex.join(["python", "-m", "benchmarks.flax_wmt_decode", *sys.argv[1:]]))
+          _ROUNDS.value, shlex.join(["python", "-m", "benchmarks.flax_wmt_decode", *sys.argv[1:]]),
+          _WORKDIR.value)
   text = markdown(r)
-  report.write(r, text, _OUT.value)
+  out = _OUT.value
+  if out is None:
+    out = "experiments/results/bench_flax_wmt_decode" + ("_trained" if _WORKDIR.value else "")
+  report.write(r, text, out)
   print(text)
 
 
