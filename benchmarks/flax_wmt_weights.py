@@ -37,6 +37,7 @@ def check_convertible(cfg: ModelConfig, where: str) -> None:
        "model.num_encoder_layers and num_decoder_layers must be equal (their num_layers)"),
       (cfg.d_k != cfg.d_v, "model.d_k and d_v must be equal (their qkv_dim)"),
       (cfg.pe_type != "sinusoidal", "model.pe_type must be 'sinusoidal'"),
+      (cfg.layer_norm_epsilon != 1e-6, "model.layer_norm_epsilon must be 1e-6 (their LayerNorm's)"),
   ]
   for bad, message in problems:
     if bad:

@@ -260,3 +260,70 @@ def test_parallel_runs_sums_steps_per_second_over_processes(tmp_path, monkeypatc
   assert steps == pytest.approx([2.5, 2.0, 2.0 * len(cores)])
   assert data["setups"][2]["vs_one_run_every_core"] == pytest.approx(0.8 * len(cores))
   assert "| one run, every core | 0.400 | 2.50 | 1.00x |" in (tmp_path / "p.md").read_text()
+
+
+def _tiny_pre_ln_params(**changes):
+  import flax.linen as nn  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from transformer_jax.model import Transformer  # pylint: disable=g-import-not-at-top
+  cfg = ModelConfig(vocab_size=12, d_model=8, num_heads=2, d_k=4, d_v=4, d_ff=16,
+                    num_encoder_layers=1, num_decoder_layers=1, max_len=16, pre_ln=True)
+  cfg = cfg.replace(**changes)
+  dummy = jnp.ones((1, 4), jnp.int32)
+  return cfg, nn.meta.unbox(Transformer(cfg).init(jax.random.key(0), dummy, dummy)["params"])
+
+
+def test_trained_weights_fill_the_flax_examples_parameter_tree():
+  """The converted tree has the flax WMT example's names and shapes (as its models.py builds
+  them for one layer with share_embeddings and a position table); the side-by-side itself checks
+  the function on teacher-forced logits, which needs their code."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from benchmarks import flax_wmt_weights  # pylint: disable=g-import-not-at-top
+  cfg, params = _tiny_pre_ln_params()
+  tree = flax_wmt_weights.to_flax_params(params, cfg, max_len=20)
+  shapes = {jax.tree_util.keystr(k): v.shape for k, v in jax.tree_util.tree_flatten_with_path(tree)[0]}
+  attention = {f"['{n}']['kernel']": s for n, s in
+               (("query", (8, 2, 4)), ("key", (8, 2, 4)), ("value", (8, 2, 4)), ("out", (2, 4, 8)))}
+  mlp = {"['Dense_0']['kernel']": (8, 16), "['Dense_0']['bias']": (16,),
+         "['Dense_1']['kernel']": (16, 8), "['Dense_1']['bias']": (8,)}
+  norm = {"['scale']": (8,), "['bias']": (8,)}
+  def under(prefix, parts):
+    return {prefix + k: v for k, v in parts.items()}
+  expected = {"['shared_embedding']['embedding']": (12, 8),
+              "['encoder']['posembed_input']['pos_embedding']": (1, 20, 8),
+              "['decoder']['posembed_output']['pos_embedding']": (1, 20, 8)}
+  expected |= under("['encoder']['encoder_norm']", norm)
+  expected |= under("['decoder']['encoderdecoder_norm']", norm)
+  block = "['encoder']['encoderblock_0']"
+  for i in range(2):
+    expected |= under(f"{block}['LayerNorm_{i}']", norm)
+  expected |= under(f"{block}['MultiHeadDotProductAttention_0']", attention)
+  expected |= under(f"{block}['MlpBlock_0']", mlp)
+  block = "['decoder']['encoderdecoderblock_0']"
+  for i in range(3):
+    expected |= under(f"{block}['LayerNorm_{i}']", norm)
+  for i in range(2):
+    expected |= under(f"{block}['MultiHeadDotProductAttention_{i}']", attention)
+  expected |= under(f"{block}['MlpBlock_0']", mlp)
+  assert shapes == expected
+  # Their embedding is ours x sqrt(d_model) (their logits divide by it), rows 1 and 2 exchanged
+  # (their EOS is 2); ids map back and forth through the same swap.
+  ours = np.asarray(params["shared_embedding"]["embedding"]) * 8**0.5
+  theirs = np.asarray(tree["shared_embedding"]["embedding"])
+  np.testing.assert_allclose(theirs[[0, 1, 2, 3]], ours[[0, 2, 1, 3]], rtol=1e-6)
+  ids = np.array([[5, 1, 2, 0]])
+  np.testing.assert_array_equal(flax_wmt_weights.swap_eos(ids), [[5, 2, 1, 0]])
+  np.testing.assert_array_equal(flax_wmt_weights.swap_eos(flax_wmt_weights.swap_eos(ids)), ids)
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(pre_ln=False), "model.pre_ln must be True"),
+    (dict(num_decoder_layers=2), "model.num_encoder_layers and num_decoder_layers must be equal"),
+    (dict(pe_type="learned"), "model.pe_type must be 'sinusoidal'"),
+])
+def test_weights_their_model_cannot_express_are_one_line(changes, message):
+  from benchmarks import flax_wmt_weights  # pylint: disable=g-import-not-at-top
+  cfg, _ = _tiny_pre_ln_params(**changes)
+  with pytest.raises(ConfigError, match=f"^--workdir=w: {message}"):
+    flax_wmt_weights.check_convertible(cfg, "--workdir=w")
