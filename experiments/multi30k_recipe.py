@@ -63,10 +63,9 @@ def summarize(runs: str) -> dict:
     saved = os.path.join(workdir, "config.json")  # written by the run; its logging cadence
     log_every = json.load(open(saved))["train"]["log_every_steps"] if os.path.isfile(saved) else 50
     train, dev = report_run.read_metrics(workdir, log_every_steps=log_every)
-    windows = sorted(r["step_time"] for r in train[1:] if r.get("step_time"))
     out[name] = {"changes": RECIPES[name][0], "command": command(name, runs),
                  "steps": train[-1]["step"], "minutes": train[-1]["minutes"],
-                 "s_per_step": windows[len(windows) // 2] if windows else None,
+                 "s_per_step": report_run.median_step_time(train),
                  "dev_ppl_at": {str(m): dev_at(dev, m) for m in MARKS},
                  "dev_ppl_end": dev[-1]["perplexity"] if dev else None,
                  "dev_ppl_at_step": next((r["perplexity"] for r in dev if r["step"] == STEP_MARK), None),

@@ -23,7 +23,7 @@ What it found, and the protocol chosen from it: experiments/results/table3_pilot
 import glob
 import os
 
-from experiments import sweeps, table3
+from experiments import report_run, results_files, sweeps, table3
 
 PILOT_STEPS = 3000
 
@@ -55,47 +55,21 @@ def get_config():
 # python -m experiments.table3_pilot --runs=runs  ->  experiments/results/table3_pilot.{md,json,png}
 
 
-def _curve(workdir: str) -> list[list[float]]:
-  import json  # pylint: disable=g-import-not-at-top
-  path = os.path.join(workdir, "metrics.jsonl")
-  if not os.path.isfile(path):
-    return []
-  rows = [json.loads(line) for line in open(path, encoding="utf-8")]
-  return [[r["step"], r["perplexity"]] for r in rows if r.get("split") == "dev"]
-
-
-def _step_time(workdir: str) -> float | None:
-  import json  # pylint: disable=g-import-not-at-top
-  path = os.path.join(workdir, "metrics.jsonl")
-  times = [json.loads(line).get("step_time") for line in open(path, encoding="utf-8")
-           if '"train"' in line] if os.path.isfile(path) else []
-  times = [t for t in times[1:] if t]  # the first window holds compilation
-  return float(sorted(times)[len(times) // 2]) if times else None
-
-
-def last_quarter_change(curve: list[list[float]]) -> float | None:
-  """Relative change of dev perplexity over the last quarter of the steps: (p_end - p_q) / p_q,
-  p_q the value at the first evaluation at or after 3/4 of the last step."""
-  if len(curve) < 2:
-    return None
-  last = curve[-1][0]
-  start = next(p for s, p in curve if s >= 0.75 * last)
-  return (curve[-1][1] - start) / start
-
-
 def summarize(runs: str) -> dict:
   """Every pilot run folder under `runs` (table3_pilot_*/<row>/): curves and what they say."""
   out = []
   for folder in sorted(glob.glob(os.path.join(runs, "table3_pilot_*"))):
     for row_dir in sorted(glob.glob(os.path.join(folder, "*", "metrics.jsonl"))):
       workdir = os.path.dirname(row_dir)
-      curve = _curve(workdir)
+      curve = results_files.dev_curve(workdir)
       if not curve:
         continue
+      change = results_files.last_quarter_change(curve)
+      train, _ = report_run.read_metrics(workdir, log_every_steps=50)
       out.append({"run": os.path.basename(folder), "row": os.path.basename(workdir),
                   "steps": curve[-1][0], "final_ppl": curve[-1][1],
-                  "last_quarter_change": last_quarter_change(curve),
-                  "s_per_step": _step_time(workdir), "curve": curve})
+                  "last_quarter_change": change and change["relative_change"],
+                  "s_per_step": report_run.median_step_time(train), "curve": curve})
   return {"runs": out}
 
 
