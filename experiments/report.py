@@ -278,7 +278,7 @@ def summary_lines(rows: list[dict]) -> list[str]:
 
 
 def report_markdown(sweep, scale_name: str, rows: list[dict], results: dict, reading: str,
-                    stem: str) -> str:
+                    stem: str, changes: dict | None = None) -> str:
   runs = [res for by_seed in results.values() for res in by_seed.values()]
   base = next((r for r in rows if r["row"] == "base"), None)
   commands = sorted({r["commands"]["sweep"] for r in runs if r["commands"].get("sweep")})
@@ -292,7 +292,12 @@ def report_markdown(sweep, scale_name: str, rows: list[dict], results: dict, rea
   lines = [f"# {sweep.name} at scale '{scale_name}'", ""]
   if sweep.description:
     lines += [sweep.description + ".", ""]
-  lines += [f"Scale '{scale_name}': {sweep.scales[scale_name].description}.", "",
+  lines += [f"Scale '{scale_name}': {sweep.scales[scale_name].description}.", ""]
+  if changes:
+    lines += ["**Changed from the scale for every run here** (command line; these win over the "
+              "description above): " + ", ".join(f"`--config.{k}={v}`" for k, v in changes.items())
+              + ".", ""]
+  lines += [
             "- Command: " + (", ".join(f"`{c}`" for c in commands) or "—"),
             "- Config: " + (", ".join(f"`{c}`" for c in config) or "—") + "; result files: "
             f"`{os.path.relpath(stem, REPO)}/`",
@@ -375,9 +380,9 @@ def report_markdown(sweep, scale_name: str, rows: list[dict], results: dict, rea
 
 
 def write_report(sweep, scale_name: str, results_dir: str, planned: dict[str, list[int]],
-                 out: str = "") -> list[str]:
+                 out: str = "", changes: dict | None = None) -> list[str]:
   """Writes <results_dir>.md, .json, _curves.png and .png (when there is something to plot);
-  returns the paths written."""
+  returns the paths written. `changes`: the command line's --config overrides of the scale."""
   results = results_files.load_results(results_dir)
   refs = (results_files.read_json(os.path.join(results_dir, "references.json")) or {}).get("references")
   params = _paper_params(sweep.spec) if "paper" in sweep.scales else {}
@@ -386,10 +391,11 @@ def write_report(sweep, scale_name: str, results_dir: str, planned: dict[str, li
   reading_path = stem + "_reading.md"
   reading = open(reading_path, encoding="utf-8").read() if os.path.exists(reading_path) else ""
   with open(stem + ".md", "w", encoding="utf-8") as f:
-    f.write(report_markdown(sweep, scale_name, rows, results, reading, stem))
+    f.write(report_markdown(sweep, scale_name, rows, results, reading, stem, changes))
   with open(stem + ".json", "w", encoding="utf-8") as f:
     json.dump({"sweep": sweep.name, "spec": sweep.spec, "scale": scale_name,
                "scale_description": sweep.scales[scale_name].description,
+               "changed_from_scale": dict(changes or {}),
                "generated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                "summary": summary_lines(rows), "rows": rows}, f, indent=1, ensure_ascii=False)
   paths = [stem + ".md", stem + ".json"]

@@ -320,7 +320,7 @@ def main(argv):
   planned = {r: row_runs.seeds_of(sweep, scale, r, seeds, base_seeds) for r in sweeps.row_ids(sweep)}
   if _REPORT.value:
     print("wrote " + ", ".join(report.write_report(sweep, scale, results_dir, planned,
-                                                   out=_OUT.value or "")))
+                                                   out=_OUT.value or "", changes=user_overrides)))
     return
   if not _OUT.value:
     raise ConfigError("--out is required (the folder of the runs' workdirs)")
@@ -342,7 +342,8 @@ def main(argv):
   except KeyboardInterrupt:
     print("interrupted; rerun the same command to resume (finished runs are kept)", file=sys.stderr)
     sys.exit(130)
-  print("wrote " + ", ".join(report.write_report(sweep, scale, results_dir, planned, out=out)))
+  print("wrote " + ", ".join(report.write_report(sweep, scale, results_dir, planned, out=out,
+                                                 changes=user_overrides)))
   if STOP["requested"]:
     sys.exit(143)
 

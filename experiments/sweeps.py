@@ -87,11 +87,14 @@ def scale(config: str, *, dim_factor: float = 1.0, num_steps: int = 0, bleu_sent
 # Chosen from the pilot (experiments/results/table3_pilot_reading.md): widths x1/8 learn more per
 # minute than x1/4 here, and a peak learning rate twice the 300-step scale's learns faster without
 # diverging; 3000 steps was sized for ~41 runs in ~8 hours of this machine from the pilot's base
-# timing. Measured since (experiments/results/table3_cpu.md, sweep_parallel.md): base takes
-# 0.39 s/step alone on both cores, rows with many narrow heads (A h=16, h=32) several times
-# that, so the whole sweep takes well over 8 hours here even with `--parallel=2` (1.48x).
+# timing. pre_ln: the one architectural deviation, LayerNorm before each sublayer (and after
+# each stack) instead of the paper's after it. With the paper's post-LN, base does not train in
+# this budget: dev perplexity 20.4 at step 3000 (14.6 at 9000), far above rows that are worse in
+# the paper (N=2: 9.6), while the same base with pre-LN reaches 8.8
+# (experiments/results/table3_cpu_reading.md; the post-LN sweep: table3_cpu_postln.md). Rows
+# with many narrow heads (A h=16, h=32) take several times base's step time.
 CPU = dict(dim_factor=0.125, num_steps=3000, tokens_per_batch=2048, warmup_steps=400,
-           learning_rate_scale=0.5, dev_evaluations=10, bleu_sentences=500,
+           learning_rate_scale=0.5, pre_ln=True, dev_evaluations=10, bleu_sentences=500,
            seeds=(0, 1), base_seeds=(0, 1, 2))
 
 
@@ -105,14 +108,17 @@ def _cpu_scale(short: dict[str, Any]) -> ml_collections.ConfigDict:
       bleu_sentences=p["bleu_sentences"], seeds=p["seeds"], base_seeds=p["base_seeds"],
       overrides=dict(short, **{
           "data.tokens_per_batch": p["tokens_per_batch"], "train.warmup_steps": p["warmup_steps"],
-          "train.learning_rate_scale": p["learning_rate_scale"], "train.eval_every_steps": every,
+          "train.learning_rate_scale": p["learning_rate_scale"], "model.pre_ln": p["pre_ln"],
+          "train.eval_every_steps": every,
           "train.max_eval_batches": 0, "train.checkpoint_every_steps": p["num_steps"]}),
       description=(
           f"Multi30k en-de on a 2-core CPU: every row's widths x{p['dim_factor']:g} (base: "
           f"d_model {d_model}, d_ff {4 * d_model}, h=8, d_k=d_v={d_model // 8}, N=6), h and N as "
           f"in the paper, {p['num_steps']} steps of ~{p['tokens_per_batch']} source + "
-          f"{p['tokens_per_batch']} target tokens (packed) for every row, big included, warmup "
-          f"{p['warmup_steps']}, lrate scale {p['learning_rate_scale']:g} (base peak {peak:.1e}), "
+          f"{p['tokens_per_batch']} target tokens (packed) for every row, big included, "
+          + ("pre-LN (a deviation: post-LN base does not train in this budget), " if p["pre_ln"]
+             else "") +
+          f"warmup {p['warmup_steps']}, lrate scale {p['learning_rate_scale']:g} (base peak {peak:.1e}), "
           f"seeds {','.join(map(str, p['seeds']))} (base: {','.join(map(str, p['base_seeds']))}), "
           f"dev perplexity on the whole dev split every {every} steps, BLEU on the first "
           f"{p['bleu_sentences']} of the 1014 dev sentences"))
