@@ -113,3 +113,12 @@ def test_report_of_a_partial_sweep(table3, tmp_path):
   assert by_row["A_h4"]["status"] == "pending" and by_row["base"]["ppl"]["n"] == 3
   assert (tmp_path / "t3_tiny_curves.png").stat().st_size > 10_000
   assert (tmp_path / "t3_tiny.png").stat().st_size > 10_000
+  assert "Changed from the scale" not in md and data["changed_from_scale"] == {}
+  # The report names the command line's changes to the scale (here one that leaves the protocol).
+  result = sweep_cli("--report", f"--sweep={TABLE3}", "--scale=tiny", "--seeds=0,1", "--base_seeds=0,1,2",
+                     f"--results_dir={results}", f"--out={out}", "--config.train.log_every_steps=1",
+                     timeout=120)
+  assert result.returncode == 0, result.stderr
+  assert ("**Changed from the scale for every run here** (command line; these win over the "
+          "description above): `--config.train.log_every_steps=1`.") in (tmp_path / "t3_tiny.md").read_text()
+  assert json.load(open(tmp_path / "t3_tiny.json"))["changed_from_scale"] == {"train.log_every_steps": 1}
