@@ -155,7 +155,8 @@ def trained_sides(models, workdir: str, rows: int, max_extra_len: int):
   flax_wmt_weights.check_convertible(cfg, f"--workdir={workdir}")
   tok = tokenizer.load_tokenizer(workdir)
   texts = sources.load_split_texts(config, "validation")[0][:rows]
-  ids = [tok.encode_with_eos(t)[:cfg.max_len] for t in texts]
+  ids = [tok.encode_with_eos(t) for t in texts]
+  ids = [s if len(s) <= cfg.max_len else s[:cfg.max_len - 1] + [EOS_ID] for s in ids]
   inputs = np.zeros((len(ids), max(map(len, ids))), np.int32)
   for row, sentence in zip(inputs, ids):
     row[:len(sentence)] = sentence
@@ -188,7 +189,7 @@ def run(folder: str, rows: int, width: int, beam_size: int, max_extra_len: int, 
   if workdir:
     (cfg, params, inputs), (flax_cfg, flax_params, flax_inputs), agreement = \
         trained_sides(models, workdir, rows, max_extra_len)
-    width = inputs.shape[1]
+    rows, width = inputs.shape  # fewer rows when the dev split is shorter than --sentences
     weights = f"trained ({workdir}, step {agreement['checkpoint_step']})"
   else:
     max_decode_len = width + max_extra_len
