@@ -150,13 +150,13 @@ def trained_sides(models, workdir: str, rows: int, max_extra_len: int):
   from transformer_jax import evaluate  # pylint: disable=g-import-not-at-top
   from transformer_jax.data import sources, tokenizer  # pylint: disable=g-import-not-at-top
   from transformer_jax.model import unstack_layers  # pylint: disable=g-import-not-at-top
+  from transformer_jax.translate import Translator  # pylint: disable=g-import-not-at-top
   params, config, step, _ = evaluate.checkpoint_config(workdir)
   cfg, params = unstack_layers(ModelConfig.from_config(config.model), nn.meta.unbox(params))
   flax_wmt_weights.check_convertible(cfg, f"--workdir={workdir}")
-  tok = tokenizer.load_tokenizer(workdir)
   texts = sources.load_split_texts(config, "validation")[0][:rows]
-  ids = [tok.encode_with_eos(t) for t in texts]
-  ids = [s if len(s) <= cfg.max_len else s[:cfg.max_len - 1] + [EOS_ID] for s in ids]
+  # Encoded as translation encodes them (EOS kept on a line cut to the model's limit).
+  ids = Translator(params, config, tokenizer.load_tokenizer(workdir)).encode(texts)
   inputs = np.zeros((len(ids), max(map(len, ids))), np.int32)
   for row, sentence in zip(inputs, ids):
     row[:len(sentence)] = sentence
@@ -192,8 +192,7 @@ def run(folder: str, rows: int, width: int, beam_size: int, max_extra_len: int, 
     rows, width = inputs.shape  # fewer rows when the dev split is shorter than --sentences
     weights = f"trained ({workdir}, step {agreement['checkpoint_step']})"
   else:
-    max_decode_len = width + max_extra_len
-    flax_cfg, flax_params = random_flax_side(models, rows, width, max_decode_len)
+    flax_cfg, flax_params = random_flax_side(models, rows, width, width + max_extra_len)
     flax_inputs = source_ids(rows, width, train.decode.EOS_ID)
     cfg, params = random_our_side()
     inputs = source_ids(rows, width, EOS_ID)
