@@ -20,7 +20,7 @@ import json
 import os
 import shlex
 
-from experiments import plots, report_run
+from experiments import plots, report_run, results_files
 from transformer_jax import markdown
 
 PILOT_MINUTES = 12
@@ -65,7 +65,7 @@ def summarize(runs: str) -> dict:
     train, dev = report_run.read_metrics(workdir, log_every_steps=log_every)
     out[name] = {"changes": RECIPES[name][0], "command": command(name, runs),
                  "steps": train[-1]["step"], "minutes": train[-1]["minutes"],
-                 "s_per_step": report_run.median_step_time(train),
+                 "s_per_step": results_files.median_window(train),
                  "dev_ppl_at": {str(m): dev_at(dev, m) for m in MARKS},
                  "dev_ppl_end": dev[-1]["perplexity"] if dev else None,
                  "dev_ppl_at_step": next((r["perplexity"] for r in dev if r["step"] == STEP_MARK), None),

@@ -70,13 +70,6 @@ def read_metrics(workdir: str, log_every_steps: int) -> tuple[list[dict], list[d
   return train, [r for r in rows if r["split"] == "dev"]
 
 
-def median_step_time(train: list[dict]) -> float | None:
-  """The median of the logged windows' seconds per step, the first window (which holds the
-  compilation) left out; None without another window."""
-  windows = sorted(r["step_time"] for r in train[1:] if r.get("step_time"))
-  return windows[len(windows) // 2] if windows else None
-
-
 def curve_steps(steps: list[int], points: int) -> list[int]:
   """Up to `points` of the kept checkpoint steps, evenly spaced, the first and last included."""
   steps = sorted(steps)

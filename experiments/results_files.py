@@ -154,6 +154,15 @@ def dev_curve(workdir: str) -> list[list[float]]:
   return [[step, by_step[step]] for step in sorted(by_step)]
 
 
+def median_window(train: list[dict], key: str = "step_time") -> float | None:
+  """The median over the logged training windows of `key` (seconds per step, tokens/s), the
+  first window (it holds the compilation) left out; None without another window. A median, so
+  that a window in which the run was paused (SIGSTOP while something else is timed) or shared
+  the machine does not move it."""
+  windows = sorted(r[key] for r in train[1:] if r.get(key))
+  return windows[len(windows) // 2] if windows else None
+
+
 def last_quarter_change(curve: list[list[float]]):
   """Relative change of dev perplexity over the last quarter of training: from the last point at
   or before 3/4 of the final step to the final point; None without two such points."""
@@ -185,7 +194,7 @@ def build_result(res: row_runs.Resolved, seed: int, protocol: dict, workdir: str
   from transformer_jax.config import ModelConfig  # pylint: disable=g-import-not-at-top
   from transformer_jax.params import count_params  # pylint: disable=g-import-not-at-top
   curve = dev_curve(workdir)
-  steady = _metrics_rows(workdir, "train")[1:]  # the first log window holds the compilation
+  train = _metrics_rows(workdir, "train")
   vocab = os.path.join(workdir, "vocab", "spm.model")
   with open(vocab, "rb") as f:
     vocab_sha = hashlib.sha256(f.read()).hexdigest()[:16]
@@ -203,9 +212,8 @@ def build_result(res: row_runs.Resolved, seed: int, protocol: dict, workdir: str
       "train_minutes": timing["train_seconds"] / 60, "train_attempts": timing["train_attempts"],
       "eval_minutes": timing["eval_seconds"] / 60,
       "cpu_share": timing.get("cpu_share"),  # cores of a --parallel run (None: all of them)
-      "step_seconds": sum(r["step_time"] for r in steady) / len(steady) if steady else None,
-      "tokens_per_second": (sum(r["tokens_per_second"] for r in steady) / len(steady)
-                            if steady else None),
+      "step_seconds": median_window(train, "step_time"),
+      "tokens_per_second": median_window(train, "tokens_per_second"),
       "params": count_params(ModelConfig.from_config(res.config.model)),
       "vocab_sha256": vocab_sha, "commands": commands, "machine": machine(),
       "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

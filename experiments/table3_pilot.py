@@ -69,7 +69,7 @@ def summarize(runs: str) -> dict:
       out.append({"run": os.path.basename(folder), "row": os.path.basename(workdir),
                   "steps": curve[-1][0], "final_ppl": curve[-1][1],
                   "last_quarter_change": change and change["relative_change"],
-                  "s_per_step": report_run.median_step_time(train), "curve": curve})
+                  "s_per_step": results_files.median_window(train), "curve": curve})
   return {"runs": out}
 
 
