@@ -351,8 +351,9 @@ def report_markdown(sweep, scale_name: str, rows: list[dict], results: dict, rea
             "PPL vs base = the row's mean dev PPL relative to base's halfway and at the end "
             "(closing / widening: the gap shrinks / grows by more than 1 point); "
             "minutes are wall-clock summed over the row's seeds (training including start-up and "
-            "compilation; evaluation: dev loss and beam search); s/step after the first log "
-            "window.", ""]
+            "compilation, and any time a run was paused; evaluation: dev loss and beam search); "
+            "s/step: the median logged window after the first (which holds the compilation), "
+            "mean over seeds.", ""]
   lines.append(markdown.table(
       ["row"] + [HEADERS[c] for c in cols] + ["params", "seeds", "last quarter ΔPPL",
                                               "PPL vs base", "train min", "eval min", "s/step",

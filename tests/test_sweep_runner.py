@@ -168,7 +168,6 @@ def test_last_quarter_change():
   assert results_files.last_quarter_change([[390, 9.6], [400, 9.5]]) is None  # no point at or before 3/4
 
 
-
 def test_step_time_is_the_median_window_so_a_paused_window_does_not_move_it():
   train = [{"step_time": 9.0, "tokens_per_second": 10.0},  # the compilation's window: left out
            {"step_time": 0.5, "tokens_per_second": 4000.0},
@@ -177,6 +176,7 @@ def test_step_time_is_the_median_window_so_a_paused_window_does_not_move_it():
   assert results_files.median_window(train) == 0.6
   assert results_files.median_window(train, "tokens_per_second") == 3500.0
   assert results_files.median_window(train[:1]) is None
+
 
 # --- a real run: 2 training steps of a tiny model, evaluated --------------------------------------
 
