@@ -147,6 +147,22 @@ def _metrics_rows(workdir: str, split: str) -> list[dict]:
     return []
 
 
+def close_killed_attempt(timing: dict, workdir: str) -> dict:
+  """`timing` (a run's timing.json) with a training attempt that never recorded its end counted.
+
+  run.py writes `running_since` before it launches training and replaces it with the attempt's
+  seconds when training returns; a sweep killed in between (the end of a session, a lost node)
+  leaves it behind. That attempt lasted until the last row it logged to metrics.jsonl."""
+  since = timing.pop("running_since", None)
+  if since is None:
+    return timing
+  seen = [r["time"] for r in _metrics_rows(workdir, "train") + _metrics_rows(workdir, "dev")
+          if r.get("time", 0) >= since]
+  timing["train_seconds"] += max(seen, default=since) - since
+  timing["train_attempts"] += 1
+  return timing
+
+
 def dev_curve(workdir: str) -> list[list[float]]:
   """[[step, dev perplexity], ...] from metrics.jsonl (a step evaluated again after a resume: the
   later value)."""

@@ -142,8 +142,9 @@ def run_one(res: row_runs.Resolved, seed: int, out: str, results_dir: str, proto
   train_cmd = row_runs.train_command(res, workdir, python=sys.executable, seed=seed)
   eval_cmd = eval_command(workdir, res.bleu_sentences, python=sys.executable)
   timing_path = os.path.join(workdir, "timing.json")
-  timing = dict({"train_seconds": 0.0, "train_attempts": 0, "eval_seconds": 0.0},
-                **(results_files.read_json(timing_path) or {}))
+  timing = results_files.close_killed_attempt(
+      dict({"train_seconds": 0.0, "train_attempts": 0, "eval_seconds": 0.0},
+           **(results_files.read_json(timing_path) or {})), workdir)
   target = res.config.train.num_steps
 
   def finish(status, error="", stage=""):
@@ -159,8 +160,10 @@ def run_one(res: row_runs.Resolved, seed: int, out: str, results_dir: str, proto
   if not eval_only and (trained is None or trained < target):
     _share_vocab(out, workdir, res.config, "in")
     log(f"  {name}: training ({target} steps), log {workdir}/train.log")
-    start = time.time()
+    start = timing["running_since"] = time.time()  # left behind if this process is killed
+    results_files._write_json(timing_path, timing)
     rc, error = runner(train_cmd, os.path.join(workdir, "train.log"), timeout_s)
+    del timing["running_since"]
     timing["train_seconds"] += time.time() - start
     timing["train_attempts"] += 1
     timing["cpu_share"] = cpus  # of the latest training attempt (None: all cores)

@@ -32,17 +32,24 @@ REFERENCES = ["Ein Hund läuft im Park .", "Zwei Männer spielen Fußball .",
               "Eine Frau liest ein Buch .", "Kinder spielen am Strand ."]
 
 
+class SweepKilled(BaseException):
+  """The sweep process dies with its training run (SIGKILL at a session's end): nothing the
+  runner's caller would do after the call happens."""
+
+
 class FakeCLI:
   """Stands in for the training and evaluation CLIs, with their workdir semantics: training (with
   --config.seed) leaves checkpoints/<step>, vocab/ and metrics.jsonl (train and dev rows);
   evaluation writes eval/validation_step<step>.{json,jsonl}. `scores`: (row, seed) -> (dev PPL,
-  tokenized BLEU); `fail`, `fail_eval`: (row, seed) pairs; `stop_at`: (row, seed) -> step.
+  tokenized BLEU); `fail`, `fail_eval`: (row, seed) pairs; `stop_at`, `kill_at`: (row, seed) -> step.
   `train_seconds`: how long a training call takes; `cores` records each call's cores (None: all)
   and `most_at_once` the most training calls that overlapped."""
 
-  def __init__(self, fail=(), fail_eval=(), stop_at=None, scores=None, train_seconds=0.0):
+  def __init__(self, fail=(), fail_eval=(), stop_at=None, scores=None, train_seconds=0.0,
+               kill_at=None):
     self.fail, self.fail_eval = set(fail), set(fail_eval)
     self.stop_at, self.scores, self.calls = dict(stop_at or {}), dict(scores or {}), []
+    self.kill_at = dict(kill_at or {})
     self.train_seconds, self.cores, self.most_at_once = train_seconds, {}, 0
     self._lock, self._active = threading.Lock(), 0
 
@@ -74,7 +81,9 @@ class FakeCLI:
         f.write("Traceback ...\nerror: config key 'model.d_k' boom\n")
       return 2, local_runner.error_line(open(log_path).read(), 2)
     steps = int(self._arg(cmd, "--config.train.num_steps"))
-    done = self.stop_at.pop(key, steps)  # an interrupted run stops early, exit 0 (as SIGTERM does)
+    killed = key in self.kill_at
+    done = self.kill_at.pop(key, None) or self.stop_at.pop(key, steps)  # an interrupted run stops
+    # early, exit 0 (as SIGTERM does); a killed one takes the sweep down with it (SweepKilled)
     os.makedirs(os.path.join(workdir, "checkpoints", str(done)), exist_ok=True)
     os.makedirs(os.path.join(workdir, "vocab"), exist_ok=True)
     with open(os.path.join(workdir, "vocab", "spm.model"), "wb") as f:
@@ -82,9 +91,12 @@ class FakeCLI:
     ppl = self.scores.get(key, (9.0, 5.0))[0]
     with open(os.path.join(workdir, "metrics.jsonl"), "a") as f:
       for step in range(1, done + 1):
-        f.write(json.dumps({"step": step, "split": "train", "loss": 3.0, "step_time": 0.5,
-                            "tokens_per_second": 100.0}) + "\n")
-        f.write(json.dumps({"step": step, "split": "dev", "perplexity": ppl * (1 + (done - step) / 4)}) + "\n")
+        f.write(json.dumps({"step": step, "split": "train", "time": time.time(), "loss": 3.0,
+                            "step_time": 0.5, "tokens_per_second": 100.0}) + "\n")
+        f.write(json.dumps({"step": step, "split": "dev", "time": time.time(),
+                            "perplexity": ppl * (1 + (done - step) / 4)}) + "\n")
+    if killed:
+      raise SweepKilled(f"killed at step {done}")
     return 0, ""
 
   def _evaluate(self, cmd, workdir, key):

@@ -12,8 +12,8 @@ import pytest
 
 from experiments import local_runner, results_files, row_runs, sweeps
 from tests.common import DATA_DIR, requires_data
-from tests.sweep_fakes import (REFERENCES, TABLE3, FakeCLI, file_snapshot, one_line_error, run_fake,
-                               sweep_cli)
+from tests.sweep_fakes import (REFERENCES, TABLE3, FakeCLI, SweepKilled, file_snapshot,
+                               one_line_error, run_fake, sweep_cli)
 from transformer_jax.config import ConfigError
 from transformer_jax.overrides import parse_overrides
 
@@ -71,6 +71,22 @@ def test_rerun_skips_finished_runs_resumes_and_retries(table3, tmp_path):
   states = run_fake(table3, out, results, ["A_h4"], fake, eval_only=True, seeds=(0,))
   assert states[0]["status"] == "unfinished" and "not trained yet" in states[0]["error"]
   assert fake.calls == []
+
+
+def test_a_killed_sweeps_training_time_is_counted_when_it_resumes(table3, tmp_path):
+  # A sweep killed mid-training (a session's end) cannot record that attempt's time itself; the
+  # resumed run counts it, up to the last metrics row the attempt logged.
+  out, results = tmp_path / "sweep", tmp_path / "results"
+  fake = FakeCLI(kill_at={("base", 0): 1}, train_seconds=0.3)
+  with pytest.raises(SweepKilled):
+    run_fake(table3, out, results, ["base"], fake, base_seeds=(0,))
+  assert json.load(open(out / "base" / "seed0" / "timing.json"))["train_attempts"] == 0
+  fake.calls.clear()
+  states = run_fake(table3, out, results, ["base"], fake, base_seeds=(0,))
+  assert [s["status"] for s in states] == ["done"]
+  assert fake.calls == [("train", "base", 0), ("eval", "base", 0)]
+  res = json.load(open(results / "base_seed0.json"))
+  assert res["train_attempts"] == 2 and res["train_minutes"] * 60 >= 0.6
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPU cores")
