@@ -13,6 +13,7 @@ import sys
 import time
 from typing import Callable
 
+from transformer_jax import metrics
 from transformer_jax.overrides import REPO
 
 CASES: list[tuple[str, str, Callable]] = []  # (name, expectation, function(scratch) -> result)
@@ -84,16 +85,7 @@ def _steps(workdir) -> list[int]:
 
 
 def _metric_steps(workdir, split="train") -> list[int]:
-  path = os.path.join(workdir, "metrics.jsonl")
-  steps = []
-  for line in open(path) if os.path.exists(path) else []:
-    try:
-      record = json.loads(line)
-    except ValueError:
-      continue
-    if record.get("split") == split:
-      steps.append(record["step"])
-  return steps
+  return [r["step"] for r in metrics.read_rows(workdir, split)]
 
 
 def _tree(workdir) -> list[tuple]:

@@ -30,7 +30,7 @@ import sys
 from absl import flags
 
 from experiments import plots
-from transformer_jax import errors, markdown
+from transformer_jax import errors, markdown, metrics
 from transformer_jax.config import ConfigError
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The trained workdir.", required=True)
@@ -61,8 +61,7 @@ RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 def read_metrics(workdir: str, log_every_steps: int) -> tuple[list[dict], list[dict]]:
   """(train rows, dev rows) of metrics.jsonl, each with `minutes` since training started (the
   first logged window started log_every_steps steps before it was written)."""
-  with open(os.path.join(workdir, "metrics.jsonl")) as f:
-    rows = [json.loads(line) for line in f if line.strip()]
+  rows = metrics.read_rows(workdir)
   train = [r for r in rows if r["split"] != "dev"]
   start = train[0]["time"] - train[0].get("step_time", 0.0) * log_every_steps
   for r in rows:

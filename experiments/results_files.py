@@ -17,6 +17,7 @@ import platform
 import re
 
 from experiments import row_runs
+from transformer_jax import metrics
 from transformer_jax.config import ConfigError
 from transformer_jax.overrides import REPO, schema_default
 
@@ -139,14 +140,6 @@ def write_once(path: str, obj) -> bool:
 
 # ----------------------------------------------------------------------------- one run's record
 
-def _metrics_rows(workdir: str, split: str) -> list[dict]:
-  try:
-    with open(os.path.join(workdir, "metrics.jsonl")) as f:
-      return [r for r in map(json.loads, filter(str.strip, f)) if r.get("split") == split]
-  except (OSError, ValueError):
-    return []
-
-
 def close_killed_attempt(timing: dict, workdir: str) -> dict:
   """`timing` (a run's timing.json) with a training attempt that never recorded its end counted.
 
@@ -156,7 +149,7 @@ def close_killed_attempt(timing: dict, workdir: str) -> dict:
   since = timing.pop("running_since", None)
   if since is None:
     return timing
-  seen = [r["time"] for r in _metrics_rows(workdir, "train") + _metrics_rows(workdir, "dev")
+  seen = [r["time"] for r in metrics.read_rows(workdir, "train") + metrics.read_rows(workdir, "dev")
           if r.get("time", 0) >= since]
   timing["train_seconds"] += max(seen, default=since) - since
   timing["train_attempts"] += 1
@@ -166,7 +159,7 @@ def close_killed_attempt(timing: dict, workdir: str) -> dict:
 def dev_curve(workdir: str) -> list[list[float]]:
   """[[step, dev perplexity], ...] from metrics.jsonl (a step evaluated again after a resume: the
   later value)."""
-  by_step = {r["step"]: r["perplexity"] for r in _metrics_rows(workdir, "dev") if "perplexity" in r}
+  by_step = {r["step"]: r["perplexity"] for r in metrics.read_rows(workdir, "dev") if "perplexity" in r}
   return [[step, by_step[step]] for step in sorted(by_step)]
 
 
@@ -210,7 +203,7 @@ def build_result(res: row_runs.Resolved, seed: int, protocol: dict, workdir: str
   from transformer_jax.config import ModelConfig  # pylint: disable=g-import-not-at-top
   from transformer_jax.params import count_params  # pylint: disable=g-import-not-at-top
   curve = dev_curve(workdir)
-  train = _metrics_rows(workdir, "train")
+  train = metrics.read_rows(workdir, "train")
   vocab = os.path.join(workdir, "vocab", "spm.model")
   with open(vocab, "rb") as f:
     vocab_sha = hashlib.sha256(f.read()).hexdigest()[:16]

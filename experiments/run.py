@@ -320,7 +320,11 @@ def main(argv):
   rows = sweeps.select_rows(sweep, _ROWS.value)
   runs, protocols = plan(sweep, scale, rows, user_overrides, _BASE_CONFIG.value,
                          _BLEU_SENTENCES.value, seeds, base_seeds, results_dir)
-  planned = {r: row_runs.seeds_of(sweep, scale, r, seeds, base_seeds) for r in sweeps.row_ids(sweep)}
+  # The report covers the whole sweep: the scale's seeds for every row, plus any the flags add (a
+  # run of --rows=X --seeds=1 that fills in one seed does not shrink what the others plan).
+  planned = {r: sorted(set(row_runs.seeds_of(sweep, scale, r))
+                       | set(row_runs.seeds_of(sweep, scale, r, seeds, base_seeds)))
+             for r in sweeps.row_ids(sweep)}
   if _REPORT.value:
     print("wrote " + ", ".join(report.write_report(sweep, scale, results_dir, planned,
                                                    out=_OUT.value or "", changes=user_overrides)))

@@ -11,7 +11,6 @@ The start-up logic itself (`distributed.initialize`: flags, environment, SLURM, 
 checked in-process with `jax.distributed.initialize` replaced by a recorder.
 """
 
-import json
 import os
 import socket
 import subprocess
@@ -21,6 +20,7 @@ import numpy as np
 import pytest
 
 from tests.common import DATA_DIR, REPO, TINY_CLI_FLAGS, requires_data
+from transformer_jax import metrics
 
 
 FLAGS = [
@@ -78,9 +78,7 @@ def _pair(workdir, steps, extra_procs=()):
 
 
 def _metrics(workdir, split="train"):
-  with open(os.path.join(workdir, "metrics.jsonl")) as f:
-    rows = [json.loads(line) for line in f]
-  return {r["step"]: r for r in rows if r["split"] == split}
+  return {r["step"]: r for r in metrics.read_rows(workdir, split)}
 
 
 def _steps(workdir):
@@ -141,8 +139,7 @@ def _wait_for_step(workdir, step, procs, timeout=TIMEOUT_S):
     if any(p.poll() is not None for p in procs):
       pytest.fail("a process ended early:\n" + "\n".join((p.communicate()[0] or "")[-3000:]
                                                           for p in procs))
-    if os.path.exists(os.path.join(workdir, "metrics.jsonl")) and any(
-        s >= step for s in _metrics(workdir)):
+    if any(s >= step for s in _metrics(workdir)):
       return
     time.sleep(0.5)
   pytest.fail(f"no step {step} within {timeout} s")

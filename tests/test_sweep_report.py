@@ -122,3 +122,12 @@ def test_report_of_a_partial_sweep(table3, tmp_path):
   assert ("**Changed from the scale for every run here** (command line; these win over the "
           "description above): `--config.train.log_every_steps=1`.") in (tmp_path / "t3_tiny.md").read_text()
   assert json.load(open(tmp_path / "t3_tiny.json"))["changed_from_scale"] == {"train.log_every_steps": 1}
+  # A run that fills in one seed (--seeds=1) writes a report of the whole sweep: the scale's seed
+  # 0 stays planned beside it (the tiny scale: seed 0 for every row, base included).
+  result = sweep_cli("--report", f"--sweep={TABLE3}", "--scale=tiny", "--seeds=1",
+                     f"--results_dir={results}", f"--out={out}", timeout=120)
+  assert result.returncode == 0, result.stderr
+  md = (tmp_path / "t3_tiny.md").read_text()
+  assert "- Runs finished: 10 of 39 (row × seed)" in md  # 19 rows x seeds 0,1 + base's seed 0
+  ran = md[md.index("## What each row ran"):]
+  assert dict(zip(table_row(ran, "row"), table_row(ran, "A_h1")))["seeds"] == "0,1 of 0,1"

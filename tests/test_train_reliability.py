@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from tests.common import DATA_DIR, REPO, TINY_CLI_FLAGS, requires_data
+from transformer_jax import metrics
 
 pytestmark = [requires_data, pytest.mark.slow]
 
@@ -70,16 +71,7 @@ def _workdir(tmp_path, vocab_dir, name):
 
 
 def _metric_steps(workdir, split="train"):
-  path = os.path.join(workdir, "metrics.jsonl")
-  if not os.path.exists(path):
-    return []
-  records = []
-  for line in open(path):
-    try:
-      records.append(json.loads(line))
-    except ValueError:
-      pass  # a line cut by a kill
-  return [r["step"] for r in records if r["split"] == split]
+  return [r["step"] for r in metrics.read_rows(workdir, split)]
 
 
 STEPS = 12
@@ -162,9 +154,9 @@ def test_sigterm_saves_the_current_step_and_exits_0(tmp_path, vocab_dir):
   flags = ["--config.train.num_steps=100000", "--config.train.checkpoint_every_steps=1000"]
   proc = subprocess.Popen(_cmd(run, *flags), cwd=REPO, env=_env(), stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True)
-  metrics = os.path.join(run, "metrics.jsonl")
+  log = os.path.join(run, "metrics.jsonl")
   deadline = time.time() + 240
-  while time.time() < deadline and not (os.path.exists(metrics) and os.path.getsize(metrics)):
+  while time.time() < deadline and not (os.path.exists(log) and os.path.getsize(log)):
     time.sleep(0.1)
   proc.send_signal(signal.SIGTERM)
   out, _ = proc.communicate(timeout=120)
@@ -322,8 +314,7 @@ def test_mfu_divides_by_the_peak_of_every_device(tmp_path):
                                "--config.train.peak_flops=1e9"),
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
   assert result.returncode == 0, result.stderr[-2000:]
-  rows = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
-  train = [r for r in rows if r["split"] == "train"]
+  train = metrics.read_rows(str(tmp_path / "run"), "train")
   assert train
   for r in train:
     assert r["mfu"] == pytest.approx(r["model_flops_per_second"] / (1e9 * 8), rel=1e-6)

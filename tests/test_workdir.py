@@ -113,6 +113,16 @@ def test_metric_lines_past_the_restored_step_are_dropped(tmp_path):
   assert not path.exists()
 
 
+def test_the_metrics_reader_skips_a_line_cut_short_and_filters_by_split(tmp_path):
+  assert metrics.read_rows(str(tmp_path)) == []  # no log yet
+  rows = [{"step": 2, "split": "train"}, {"step": 2, "split": "dev"}, {"step": 4, "split": "train"}]
+  (tmp_path / "metrics.jsonl").write_text(
+      "".join(json.dumps(r) + "\n" for r in rows) + '{"step": 6, "spl')  # a run still writing
+  assert metrics.read_rows(str(tmp_path)) == rows
+  assert [r["step"] for r in metrics.read_rows(str(tmp_path), "train")] == [2, 4]
+  assert metrics.read_rows(str(tmp_path), "dev") == [rows[1]]
+
+
 def _step_metrics(loss, tokens=10.0, grad_norm=1.0):
   return {"loss_sum": loss * tokens, "nll_sum": loss * tokens, "tokens": tokens,
           "grad_norm": grad_norm, "learning_rate": 1e-3}

@@ -78,20 +78,36 @@ class MetricsWriter:
           threading.excepthook = self._previous_hook
 
 
+def _records(lines: list[str]):
+  """(line, record) for each line of a metrics.jsonl that holds a whole row with an int step (a
+  line cut short by a kill is skipped)."""
+  for line in lines:
+    try:
+      record = json.loads(line)
+    except ValueError:
+      continue
+    if isinstance(record, dict) and isinstance(record.get("step"), int):
+      yield line, record
+
+
+def read_rows(workdir: str, split: str | None = None) -> list[dict]:
+  """The rows of WORKDIR/metrics.jsonl in the order written (only `split`'s: "train" or "dev",
+  when given); [] when there is no log yet. The one reader for every report and test."""
+  path = files.join(workdir, "metrics.jsonl")
+  if not files.exists(path):
+    return []
+  return [r for _, r in _records(files.read_text(path).splitlines())
+          if split is None or r.get("split") == split]
+
+
 def truncate_jsonl(path: str, last_step: int) -> None:
   """Keeps the lines of a metrics.jsonl whose step is <= last_step (rewritten atomically only
   when something is dropped; removed when nothing is left)."""
   if not files.exists(path):
     return
   lines = files.read_text(path).splitlines(keepends=True)
-  kept = []
-  for line in lines:
-    try:
-      record = json.loads(line)
-    except ValueError:
-      continue  # cut short by a kill
-    if isinstance(record, dict) and isinstance(record.get("step"), int) and record["step"] <= last_step:
-      kept.append(line if line.endswith("\n") else line + "\n")
+  kept = [line if line.endswith("\n") else line + "\n"
+          for line, record in _records(lines) if record["step"] <= last_step]
   if len(kept) == len(lines) and all(a == b for a, b in zip(kept, lines)):
     return
   if not kept:
