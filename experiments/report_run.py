@@ -63,6 +63,8 @@ def read_metrics(workdir: str, log_every_steps: int) -> tuple[list[dict], list[d
   first logged window started log_every_steps steps before it was written)."""
   rows = metrics.read_rows(workdir)
   train = [r for r in rows if r["split"] != "dev"]
+  if not train:
+    raise ConfigError(f"{os.path.join(workdir, 'metrics.jsonl')}: no training rows to report on")
   start = train[0]["time"] - train[0].get("step_time", 0.0) * log_every_steps
   for r in rows:
     r["minutes"] = (r["time"] - start) / 60
