@@ -149,8 +149,7 @@ def close_killed_attempt(timing: dict, workdir: str) -> dict:
   since = timing.pop("running_since", None)
   if since is None:
     return timing
-  seen = [r["time"] for r in metrics.read_rows(workdir, "train") + metrics.read_rows(workdir, "dev")
-          if r.get("time", 0) >= since]
+  seen = [r["time"] for r in metrics.read_rows(workdir) if r.get("time", 0) >= since]
   timing["train_seconds"] += max(seen, default=since) - since
   timing["train_attempts"] += 1
   return timing
