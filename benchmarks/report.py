@@ -9,21 +9,16 @@ import os
 import platform
 import time
 
+from experiments import results_files
 from transformer_jax.markdown import table
 
 
 def machine() -> dict:
-  """CPU model, cores, platform and the jax backend and devices of this process."""
+  """results_files.machine() (CPU model, cores, platform) plus python, jax, the backend and the
+  devices of this process."""
   import jax  # pylint: disable=g-import-not-at-top
-  cpu = "unknown"
-  try:
-    with open("/proc/cpuinfo") as f:
-      cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-  except (OSError, StopIteration):
-    pass
-  return {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform(),
-          "python": platform.python_version(), "jax": jax.__version__,
-          "backend": jax.default_backend(), "devices": [str(d) for d in jax.devices()]}
+  return dict(results_files.machine(), python=platform.python_version(), jax=jax.__version__,
+              backend=jax.default_backend(), devices=[str(d) for d in jax.devices()])
 
 
 def others_busy(seconds: float = 2.0) -> float | None:

@@ -22,14 +22,13 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import platform
 import shlex
 import subprocess
 import sys
 
 from absl import flags
 
-from experiments import plots
+from experiments import plots, results_files
 from transformer_jax import errors, markdown, metrics
 from transformer_jax.config import ConfigError
 
@@ -157,10 +156,11 @@ def main(argv):
   final_last = evaluate(workdir, _TEST_SPLIT.value, last_step) if _ALSO_LAST.value else None
   translator = Translator.from_workdir(workdir, average=average)
 
+  host = results_files.machine()
   result = {
       "name": _NAME.value, "command": _COMMAND.value, "workdir": workdir,
       "date": datetime.date.today().isoformat(),
-      "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, {jax.devices()[0].platform}",
+      "machine": f"{host['cpu']}, {host['cores']} cores, jax on {jax.devices()[0].platform}",
       "config": config.to_dict(), "final_step": last_step,
       "train_wall_minutes": train_rows[-1]["minutes"], "final_train_metrics": train_rows[-1],
       "dev_metrics": dev_rows, "curve": curve, "curve_sentences": _CURVE_SENTENCES.value,
