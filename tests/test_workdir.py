@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -200,6 +201,40 @@ def test_a_failed_background_save_stops_in_one_line_and_removes_the_partial_fold
   assert not (tmp_path / "config.json").exists()  # no complete checkpoint of this run
   saver.close()  # no second error
 
+
+
+class _LateWritingManager(_FailingManager):
+  """A failed save whose other writes are still in flight when its first error surfaces (as
+  tensorstore's are in Orbax): they re-create files under the temporary folder after the
+  saver's first clean-up has deleted it."""
+
+  def wait_until_finished(self):
+    folder = os.path.join(self.directory, "4.orbax-checkpoint-tmp-123")
+
+    def write_late():
+      while os.path.exists(folder):
+        time.sleep(0.001)
+      time.sleep(0.05)
+      os.makedirs(os.path.join(folder, "state", "ocdbt.process_0", "d"))
+      open(os.path.join(folder, "state", "ocdbt.process_0", "d", "late"), "w").close()
+
+    self.late = threading.Thread(target=write_late, daemon=True)
+    self.late.start()
+    super().wait_until_finished()
+
+
+def test_writes_of_a_failed_save_that_land_after_its_clean_up_are_removed_at_close(tmp_path):
+  directory = tmp_path / "checkpoints"
+  (directory / "2").mkdir(parents=True)
+  manager = _LateWritingManager(str(directory))
+  saver = checkpoint.Saver(manager, default_config(), str(tmp_path))
+  saver.save(4, state={"w": 1.0}, train_seconds=1.0)
+  with pytest.raises(checkpoint.SaveError, match="step 2"):
+    saver.poll()
+  saver.close()
+  manager.late.join(timeout=30)  # the late write landed 0.05 s after the first clean-up
+  assert not manager.late.is_alive()
+  assert sorted(os.listdir(directory)) == ["2"]
 
 def _tiny_config():
   from transformer_jax.overrides import load_config_file  # pylint: disable=g-import-not-at-top

@@ -183,18 +183,38 @@ class Saver:
           for name in ("absl", "asyncio"):
             std_logging.getLogger(name).removeFilter(self._quiet)
           sys.unraisablehook = self._unraisablehook
+        else:  # Orbax's threads have stopped; writes of the dead save may have re-created files
+          _remove_unfinished(str(self.manager.directory), settle_seconds=0.5)
 
   def _fail(self, step: int, error: BaseException):
     self._failed, self._pending = True, None
     warnings.filterwarnings("ignore", "coroutine .* was never awaited", RuntimeWarning)
     directory = str(self.manager.directory)
-    if jax.process_index() == 0:
-      for name in files.listdir(directory) if files.isdir(directory) else []:
-        if TMP_MARKER in name:
-          files.rmtree(files.join(directory, name))
+    _remove_unfinished(directory)
     from transformer_jax.workdir import free_space  # pylint: disable=g-import-not-at-top
     raise SaveError(f"saving the checkpoint of step {step} to {directory} failed ({_reason(error)}; "
                     f"{free_space(directory)}); {kept_note(directory)}; stopping") from None
+
+
+def _remove_unfinished(directory: str, settle_seconds: float = 0.0, max_seconds: float = 10.0) -> None:
+  """Deletes the unfinished (TMP_MARKER) folders of a failed save, on process 0: they hold no
+  usable checkpoint and take the space a full disk needs. A failed save's first error surfaces
+  while its other tensorstore writes are still in flight, and those re-create files under the
+  folder after it is deleted (CI saw one survive); so with `settle_seconds`, it deletes, waits
+  that long and deletes again until a wait ends with none there (at most `max_seconds`)."""
+  if jax.process_index() != 0:
+    return
+  def unfinished():
+    return [n for n in (files.listdir(directory) if files.isdir(directory) else []) if TMP_MARKER in n]
+  deadline = time.monotonic() + max_seconds
+  while True:
+    for name in unfinished():
+      files.rmtree(files.join(directory, name))
+    if settle_seconds <= 0 or time.monotonic() > deadline:
+      return
+    time.sleep(settle_seconds)  # writes still in flight show up again within this
+    if not unfinished():
+      return
 
 
 def kept_note(directory: str) -> str:
