@@ -11,11 +11,21 @@ different amounts. The test split is never read.
 
 Twelve minutes favours whatever learns fastest early; the reading in
 experiments/results/time_to_quality.md says how far that carried to the 60-minute run.
+
+`--pilot=batch` is the same comparison over the whole hour for one lever, 1024-token batches
+against the documented 2048: both trained at the same time, each pinned to its own core with
+the one-core XLA flags (the sweep's `--parallel` runs), so that they share the machine alike
+whatever its speed; its summary adds each run's dev sacreBLEU with the last A checkpoints
+averaged, read from `--mode=eval --split=validation --average=A` reports in the workdirs.
+
+  python -m experiments.multi30k_recipe --pilot=batch --print_commands --runs=runs/pair  # run together
+  python -m experiments.multi30k_recipe --pilot=batch --runs=runs/pair   # -> results/multi30k_batch.*
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shlex
@@ -40,12 +50,61 @@ RECIPES = {  # name -> (what it changes, overrides); every one states its batch 
 }
 
 
-def command(name: str, runs: str) -> str:
+BATCH_RECIPES = {
+    "b2048": ("the documented recipe (2048 tokens a batch)", {"data.tokens_per_batch": 2048}),
+    "b1024": ("half the batch: 1024 tokens, twice the updates a minute",
+              {"data.tokens_per_batch": 1024}),
+}
+ONE_CORE = "XLA_FLAGS=--xla_cpu_multi_thread_eigen=false"  # = experiments.local_runner's
+AVERAGES = (1, 3, 5, 10)  # checkpoints averaged, as the hour's report_run --average_choices
+
+
+@dataclasses.dataclass(frozen=True)
+class Pilot:
+  """Recipes compared at equal wall time of training, on the dev split only."""
+  title: str
+  stem: str                 # of the result files
+  minutes: float            # of training, each recipe
+  marks: tuple[float, ...]  # minutes at which dev perplexities are compared (and the end)
+  step_mark: int            # ... and this step
+  recipes: dict             # name -> (what it changes, overrides)
+  common: dict              # overrides of every recipe
+  how: str                  # how the runs shared the machine
+  cores: dict = dataclasses.field(default_factory=dict)  # name -> its core, for runs together
+
+
+PILOTS = {
+    "recipe": Pilot("Multi30k recipe pilot: dev perplexity per minute", "multi30k_recipe",
+                    PILOT_MINUTES, MARKS, STEP_MARK, RECIPES, COMMON,
+                    "one after another on the otherwise idle machine, every core each; dev "
+                    "perplexity every 100 steps"),
+    "batch": Pilot("Multi30k: 1024- against 2048-token batches over the hour", "multi30k_batch",
+                   60, (15, 30, 45), 2000, BATCH_RECIPES, {},
+                   "at the same time, each pinned to its own core (`taskset`, one-core XLA "
+                   "flags), nothing else running; dev perplexity every 500 steps", cores={"b2048": 0, "b1024": 1}),
+}
+
+
+def command(name: str, runs: str, pilot: str = "recipe") -> str:
   """The training command of one recipe (workdir RUNS/NAME)."""
-  overrides = {**COMMON, **RECIPES[name][1]}
-  return shlex.join(["python", "-m", "transformer_jax.main", "--config=configs/multi30k.py",
-                     f"--workdir={os.path.join(runs, name)}"]
-                    + [f"--config.{k}={v}" for k, v in overrides.items()])
+  spec = PILOTS[pilot]
+  overrides = {**spec.common, **spec.recipes[name][1]}
+  cmd = shlex.join(["python", "-m", "transformer_jax.main", "--config=configs/multi30k.py",
+                    f"--workdir={os.path.join(runs, name)}"]
+                   + [f"--config.{k}={v}" for k, v in overrides.items()])
+  return f"{ONE_CORE} taskset -c {spec.cores[name]} {cmd}" if name in spec.cores else cmd
+
+
+def dev_bleu_by_average(workdir: str, step: int) -> dict[str, float]:
+  """{A: dev sacreBLEU} of the `--mode=eval --split=validation [--average=A]` reports of the
+  run's last step (the checkpoint's own decode settings; '1': no averaging)."""
+  out = {}
+  for a in AVERAGES:
+    path = os.path.join(workdir, "eval", f"validation_step{step}" + (f"_avg{a}" if a > 1 else "") + ".json")
+    report = results_files.read_json(path) if os.path.isfile(path) else None
+    if report and report.get("sacrebleu") is not None:
+      out[str(a)] = report["sacrebleu"]
+  return out
 
 
 def dev_at(dev_rows: list[dict], minutes: float) -> float | None:
@@ -54,46 +113,52 @@ def dev_at(dev_rows: list[dict], minutes: float) -> float | None:
   return before[-1]["perplexity"] if before else None
 
 
-def summarize(runs: str) -> dict:
-  out = {}
-  for name in RECIPES:
+def summarize(runs: str, pilot: str = "recipe") -> dict:
+  spec, out = PILOTS[pilot], {}
+  for name in spec.recipes:
     workdir = os.path.join(runs, name)
     if not os.path.isfile(os.path.join(workdir, "metrics.jsonl")):
       continue
     saved = os.path.join(workdir, "config.json")  # written by the run; its logging cadence
     log_every = json.load(open(saved))["train"]["log_every_steps"] if os.path.isfile(saved) else 50
     train, dev = report_run.read_metrics(workdir, log_every_steps=log_every)
-    out[name] = {"changes": RECIPES[name][0], "command": command(name, runs),
+    out[name] = {"changes": spec.recipes[name][0], "command": command(name, runs, pilot),
                  "steps": train[-1]["step"], "minutes": train[-1]["minutes"],
                  "s_per_step": results_files.median_window(train),
-                 "dev_ppl_at": {str(m): dev_at(dev, m) for m in MARKS},
+                 "dev_ppl_at": {str(m): dev_at(dev, m) for m in spec.marks},
                  "dev_ppl_end": dev[-1]["perplexity"] if dev else None,
-                 "dev_ppl_at_step": next((r["perplexity"] for r in dev if r["step"] == STEP_MARK), None),
+                 "dev_ppl_at_step": next((r["perplexity"] for r in dev if r["step"] == spec.step_mark), None),
+                 "dev_bleu_by_average": dev_bleu_by_average(workdir, train[-1]["step"]),
                  "dev_curve": [[r["minutes"], r["perplexity"], r["step"]] for r in dev]}
   return out
 
 
-def write(runs: str, out_dir: str) -> list[str]:
-  data = summarize(runs)
-  stem = os.path.join(out_dir, "multi30k_recipe")
+def write(runs: str, out_dir: str, pilot: str = "recipe") -> list[str]:
+  spec, data = PILOTS[pilot], summarize(runs, pilot)
+  stem = os.path.join(out_dir, spec.stem)
   with open(stem + ".json", "w") as f:
     json.dump(data, f, indent=1)
-  rows = [[name, r["changes"], r["steps"], r["s_per_step"]] + [r["dev_ppl_at"][str(m)] for m in MARKS]
-          + [r["dev_ppl_end"], r["dev_ppl_at_step"]] for name, r in data.items()]
+  averages = [a for a in AVERAGES if any(str(a) in r["dev_bleu_by_average"] for r in data.values())]
+  rows = [[name, r["changes"], r["steps"], r["s_per_step"]] + [r["dev_ppl_at"][str(m)] for m in spec.marks]
+          + [r["dev_ppl_end"], r["dev_ppl_at_step"]]
+          + [r["dev_bleu_by_average"].get(str(a)) for a in averages] for name, r in data.items()]
   plots.dev_ppl_curves({name: [[[m, p] for m, p, _ in r["dev_curve"]]] for name, r in data.items()},
-                       stem + ".png", "Multi30k recipes: dev perplexity vs training minutes",
+                       stem + ".png", f"{spec.title}: dev perplexity vs training minutes",
                        xlabel="training wall time (minutes)")
   commands = "\n".join(r["command"] for r in data.values())
-  text = (f"# Multi30k recipe pilot: dev perplexity per minute\n\nGenerated by `python -m "
-          f"experiments.multi30k_recipe --runs={runs}` from the runs below ({PILOT_MINUTES} minutes "
-          "of training each, one after another on the otherwise idle machine; dev perplexity on "
-          "the whole dev split, teacher forced, every 100 steps; the test split is not read). "
-          "What they mean and the recipe chosen: `time_to_quality.md`.\n\n"
+  minutes = f"{spec.minutes:g}"
+  text = (f"# {spec.title}\n\nGenerated by `python -m experiments.multi30k_recipe"
+          + ("" if pilot == "recipe" else f" --pilot={pilot}") + f" --runs={runs}` from the runs "
+          f"below ({minutes} minutes of training each, {spec.how}; dev perplexity on the whole dev "
+          "split, teacher forced" + ("; dev sacreBLEU on all of it, beam 4" if averages else "")
+          + "; the test split is not read). What they mean and the recipe chosen: `time_to_quality.md`.\n\n"
           + markdown.table(["recipe", "change", "steps", "s/step (median)"]
-                           + [f"dev PPL @{m} min" for m in MARKS]
-                           + [f"dev PPL at the end ({PILOT_MINUTES} min)", f"dev PPL @step {STEP_MARK}"], rows, digits=2)
-          + "\n![dev perplexity vs minutes](multi30k_recipe.png)\n\nCommands:\n\n```\n"
-          + commands + "\n```\n")
+                           + [f"dev PPL @{m:g} min" for m in spec.marks]
+                           + [f"dev PPL at the end ({minutes} min)", f"dev PPL @step {spec.step_mark}"]
+                           + [f"dev sacreBLEU, avg {a}" if a > 1 else "dev sacreBLEU, last" for a in averages],
+                           rows, digits=2)
+          + f"\n![dev perplexity vs minutes]({spec.stem}.png)\n\nCommands"
+          + (" (run together)" if spec.cores else "") + ":\n\n```\n" + commands + "\n```\n")
   with open(stem + ".md", "w", encoding="utf-8") as f:
     f.write(text)
   return [stem + ".md", stem + ".json", stem + ".png"]
@@ -102,10 +167,11 @@ def write(runs: str, out_dir: str) -> list[str]:
 if __name__ == "__main__":
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--runs", default="runs/m30k", help="folder holding one workdir per recipe")
+  parser.add_argument("--pilot", default="recipe", choices=sorted(PILOTS))
   parser.add_argument("--out", default=report_run.RESULTS)
   parser.add_argument("--print_commands", action="store_true")
   args = parser.parse_args()
   if args.print_commands:
-    print("\n".join(command(name, args.runs) for name in RECIPES))
+    print("\n".join(command(name, args.runs, args.pilot) for name in PILOTS[args.pilot].recipes))
   else:
-    print("wrote " + ", ".join(write(args.runs, args.out)))
+    print("wrote " + ", ".join(write(args.runs, args.out, args.pilot)))

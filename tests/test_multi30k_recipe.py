@@ -54,6 +54,35 @@ def test_summary_compares_at_equal_minutes(tmp_path):
   assert "| P1 | half the batch" in text and "P2" not in text.split("Commands:")[0]
 
 
+
+def test_the_batch_pilot_runs_together_on_separate_cores_and_reads_dev_bleu_per_average(tmp_path):
+  pilot = multi30k_recipe.PILOTS["batch"]
+  cores = []
+  for name, (_, changes) in pilot.recipes.items():
+    argv = shlex.split(multi30k_recipe.command(name, "runs/pair", "batch"))
+    assert argv[0] == multi30k_recipe.ONE_CORE and argv[1:3] == ["taskset", "-c"]
+    cores.append(argv[3])
+    given, _ = overrides.split_override_args(argv[4:])
+    c = overrides.apply_overrides(overrides.load_config_file("configs/multi30k.py"),
+                                  overrides.parse_overrides(given))
+    config_lib.validate(c)
+    assert c.data.tokens_per_batch == changes["data.tokens_per_batch"]
+    assert c.train.max_train_minutes == pilot.minutes
+  assert len(set(cores)) == len(cores)  # each on its own core
+  run = tmp_path / "b1024"
+  run.mkdir()
+  _metrics(run, [{"step": s, "split": "train", "time": 1000.0 + s, "step_time": 1.0, "perplexity": 9.0}
+                 for s in range(50, 2001, 50)]
+           + [{"step": 2000, "split": "dev", "time": 3001.0, "perplexity": 6.0}])
+  (run / "eval").mkdir()
+  for suffix, score in (("", 38.5), ("_avg3", 40.1), ("_beam8_alpha1.0", 99.0)):
+    (run / "eval" / f"validation_step2000{suffix}.json").write_text(json.dumps({"sacrebleu": score}))
+  data = multi30k_recipe.summarize(str(tmp_path), "batch")
+  assert set(data) == {"b1024"}
+  assert data["b1024"]["dev_bleu_by_average"] == {"1": 38.5, "3": 40.1}  # other decode settings: not read
+  text = open(multi30k_recipe.write(str(tmp_path), str(tmp_path), "batch")[0]).read()
+  assert "dev sacreBLEU, avg 3" in text and "40.1" in text and "run together" in text
+
 def test_cooldown_branch_continues_the_same_run(tmp_path):
   """A branch copies the source's checkpoint and vocabulary into SOURCE_cooldown<start>, its
   command is the config file with the cool-down over the remaining steps, and a source run whose
