@@ -113,6 +113,14 @@ def dev_at(dev_rows: list[dict], minutes: float) -> float | None:
   return before[-1]["perplexity"] if before else None
 
 
+def _at_cell(r: dict, minutes: float) -> str:
+  """'7.64 (12.3 min)': the value at a mark and when that evaluation ran (evaluations every N
+  steps land minutes apart, more so for the slower recipe)."""
+  ppl = r["dev_ppl_at"][str(minutes)]
+  when = max((m for m, _, _ in r["dev_curve"] if m <= minutes + 1e-9), default=None)
+  return "" if ppl is None else f"{ppl:.2f} ({when:.1f} min)"
+
+
 def summarize(runs: str, pilot: str = "recipe") -> dict:
   spec, out = PILOTS[pilot], {}
   for name in spec.recipes:
@@ -139,7 +147,7 @@ def write(runs: str, out_dir: str, pilot: str = "recipe") -> list[str]:
   with open(stem + ".json", "w") as f:
     json.dump(data, f, indent=1)
   averages = [a for a in AVERAGES if any(str(a) in r["dev_bleu_by_average"] for r in data.values())]
-  rows = [[name, r["changes"], r["steps"], r["s_per_step"]] + [r["dev_ppl_at"][str(m)] for m in spec.marks]
+  rows = [[name, r["changes"], r["steps"], r["s_per_step"]] + [_at_cell(r, m) for m in spec.marks]
           + [r["dev_ppl_end"], r["dev_ppl_at_step"]]
           + [r["dev_bleu_by_average"].get(str(a)) for a in averages] for name, r in data.items()]
   plots.dev_ppl_curves({name: [[[m, p] for m, p, _ in r["dev_curve"]]] for name, r in data.items()},
@@ -153,7 +161,7 @@ def write(runs: str, out_dir: str, pilot: str = "recipe") -> list[str]:
           "split, teacher forced" + ("; dev sacreBLEU on all of it, beam 4" if averages else "")
           + "; the test split is not read). What they mean and the recipe chosen: `time_to_quality.md`.\n\n"
           + markdown.table(["recipe", "change", "steps", "s/step (median)"]
-                           + [f"dev PPL @{m:g} min" for m in spec.marks]
+                           + [f"dev PPL @{m:g} min (its evaluation's time)" for m in spec.marks]
                            + [f"dev PPL at the end ({minutes} min)", f"dev PPL @step {spec.step_mark}"]
                            + [f"dev sacreBLEU, avg {a}" if a > 1 else "dev sacreBLEU, last" for a in averages],
                            rows, digits=2)
