@@ -300,7 +300,7 @@ def report_markdown(sweep, scale_name: str, rows: list[dict], results: dict, rea
   lines += [
             "- Command: " + (", ".join(f"`{c}`" for c in commands) or "—"),
             "- Config: " + (", ".join(f"`{c}`" for c in config) or "—") + "; result files: "
-            f"`{os.path.relpath(stem, REPO)}/`",
+            f"`{_shown_path(stem)}/`",
             "- Machine: " + ("; ".join(machines) or "—"),
             "- Date: " + (f"{dates[0]} to {dates[-1]}" if dates else "—"),
             f"- Runs finished: {len(runs)} of {planned} (row × seed); rows complete: "
@@ -379,6 +379,12 @@ def report_markdown(sweep, scale_name: str, rows: list[dict], results: dict, rea
             f"(Not written yet: `{os.path.relpath(stem, REPO)}_reading.md` appears here.)", ""]
   return "\n".join(lines)
 
+
+def _shown_path(results_dir: str) -> str:
+  """The results folder as the report names it: from the checkout's root, or (a folder outside
+  this checkout, e.g. another worktree's) by its name, as seen from the report beside it."""
+  path = os.path.relpath(results_dir, REPO)
+  return os.path.basename(results_dir.rstrip("/")) if path.startswith("..") else path
 
 def write_report(sweep, scale_name: str, results_dir: str, planned: dict[str, list[int]],
                  out: str = "", changes: dict | None = None) -> list[str]:

@@ -118,8 +118,9 @@ def test_parallel_runs_each_on_its_own_cores(table3, tmp_path):
   report = sweep_cli("--report", f"--sweep={TABLE3}", "--scale=tiny", f"--results_dir={results}",
                      f"--out={out}")
   assert report.returncode == 0, report.stderr
-  assert ("6 of them ran beside other runs, each on its own share of the cores (`--parallel`"
-          in (tmp_path / "results.md").read_text())
+  text = (tmp_path / "results.md").read_text()
+  assert "6 of them ran beside other runs, each on its own share of the cores (`--parallel`" in text
+  assert "; result files: `results/`" in text  # outside the checkout: as seen from the report
   before, fake.calls = file_snapshot(results), []
   run_fake(table3, out, results, rows, fake, parallel=2)
   assert fake.calls == [] and file_snapshot(results) == before
