@@ -386,6 +386,7 @@ def _shown_path(results_dir: str) -> str:
   path = os.path.relpath(results_dir, REPO)
   return os.path.basename(results_dir.rstrip("/")) if path.startswith("..") else path
 
+
 def write_report(sweep, scale_name: str, results_dir: str, planned: dict[str, list[int]],
                  out: str = "", changes: dict | None = None) -> list[str]:
   """Writes <results_dir>.md, .json, _curves.png and .png (when there is something to plot);

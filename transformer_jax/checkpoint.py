@@ -199,9 +199,9 @@ class Saver:
 def _remove_unfinished(directory: str, settle_seconds: float = 0.0, max_seconds: float = 10.0) -> None:
   """Deletes the unfinished (TMP_MARKER) folders of a failed save, on process 0: they hold no
   usable checkpoint and take the space a full disk needs. A failed save's first error surfaces
-  while its other tensorstore writes are still in flight, and those re-create files under the
-  folder after it is deleted (CI saw one survive); so with `settle_seconds`, it deletes, waits
-  that long and deletes again until a wait ends with none there (at most `max_seconds`)."""
+  while its other tensorstore writes are still in flight, and those can re-create files under
+  the folder after it is deleted; so with `settle_seconds`, it deletes, waits that long and
+  deletes again until a wait ends with none there (at most `max_seconds`)."""
   if jax.process_index() != 0:
     return
   def unfinished():
