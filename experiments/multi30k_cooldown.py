@@ -77,7 +77,7 @@ def scores(workdir: str, step: int) -> dict:
   already in WORKDIR/eval are read, not recomputed)."""
   out = {}
   for k in AVERAGES:
-    stem = os.path.join(workdir, "eval", f"validation_step{step}" + (f"_avg{k}" if k > 1 else ""))
+    stem = report_run.eval_stem(workdir, "validation", step, k if k > 1 else 0)
     if os.path.exists(stem + ".json"):
       with open(stem + ".json") as f:
         report = json.load(f)

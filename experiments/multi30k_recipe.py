@@ -30,7 +30,7 @@ import json
 import os
 import shlex
 
-from experiments import plots, report_run, results_files
+from experiments import local_runner, plots, report_run, results_files
 from transformer_jax import markdown
 
 PILOT_MINUTES = 12
@@ -55,7 +55,7 @@ BATCH_RECIPES = {
     "b1024": ("half the batch: 1024 tokens, twice the updates a minute",
               {"data.tokens_per_batch": 1024}),
 }
-ONE_CORE = "XLA_FLAGS=--xla_cpu_multi_thread_eigen=false"  # = experiments.local_runner's
+ONE_CORE = f"XLA_FLAGS={local_runner.ONE_CORE_XLA_FLAGS}"  # as the sweep's --parallel runs
 AVERAGES = (1, 3, 5, 10)  # checkpoints averaged, as the hour's report_run --average_choices
 
 
@@ -100,24 +100,22 @@ def dev_bleu_by_average(workdir: str, step: int) -> dict[str, float]:
   run's last step (the checkpoint's own decode settings; '1': no averaging)."""
   out = {}
   for a in AVERAGES:
-    path = os.path.join(workdir, "eval", f"validation_step{step}" + (f"_avg{a}" if a > 1 else "") + ".json")
-    report = results_files.read_json(path) if os.path.isfile(path) else None
+    report = results_files.read_json(report_run.eval_stem(workdir, "validation", step, a if a > 1 else 0) + ".json")
     if report and report.get("sacrebleu") is not None:
       out[str(a)] = report["sacrebleu"]
   return out
 
 
-def dev_at(dev_rows: list[dict], minutes: float) -> float | None:
-  """The dev perplexity of the last evaluation at or before `minutes` of training."""
+def dev_at(dev_rows: list[dict], minutes: float) -> dict | None:
+  """The last dev evaluation at or before `minutes` of training (evaluations every N steps land
+  minutes apart, more so for the slower recipe: the table shows when it ran)."""
   before = [r for r in dev_rows if r["minutes"] <= minutes + 1e-9]
-  return before[-1]["perplexity"] if before else None
+  return before[-1] if before else None
 
 
 def _at_cell(r: dict, minutes: float) -> str:
-  """'7.64 (12.3 min)': the value at a mark and when that evaluation ran (evaluations every N
-  steps land minutes apart, more so for the slower recipe)."""
-  ppl = r["dev_ppl_at"][str(minutes)]
-  when = max((m for m, _, _ in r["dev_curve"] if m <= minutes + 1e-9), default=None)
+  """'7.64 (12.3 min)': the dev perplexity at a mark and when that evaluation ran."""
+  ppl, when = r["dev_ppl_at"][str(minutes)], r["dev_ppl_at_minute"][str(minutes)]
   return "" if ppl is None else f"{ppl:.2f} ({when:.1f} min)"
 
 
@@ -130,10 +128,12 @@ def summarize(runs: str, pilot: str = "recipe") -> dict:
     saved = os.path.join(workdir, "config.json")  # written by the run; its logging cadence
     log_every = json.load(open(saved))["train"]["log_every_steps"] if os.path.isfile(saved) else 50
     train, dev = report_run.read_metrics(workdir, log_every_steps=log_every)
+    marks = {m: dev_at(dev, m) for m in spec.marks}
     out[name] = {"changes": spec.recipes[name][0], "command": command(name, runs, pilot),
                  "steps": train[-1]["step"], "minutes": train[-1]["minutes"],
                  "s_per_step": results_files.median_window(train),
-                 "dev_ppl_at": {str(m): dev_at(dev, m) for m in spec.marks},
+                 "dev_ppl_at": {str(m): at and at["perplexity"] for m, at in marks.items()},
+                 "dev_ppl_at_minute": {str(m): at and at["minutes"] for m, at in marks.items()},
                  "dev_ppl_end": dev[-1]["perplexity"] if dev else None,
                  "dev_ppl_at_step": next((r["perplexity"] for r in dev if r["step"] == spec.step_mark), None),
                  "dev_bleu_by_average": dev_bleu_by_average(workdir, train[-1]["step"]),

@@ -54,7 +54,6 @@ def test_summary_compares_at_equal_minutes(tmp_path):
   assert "| P1 | half the batch" in text and "P2" not in text.split("Commands:")[0]
 
 
-
 def test_the_batch_pilot_runs_together_on_separate_cores_and_reads_dev_bleu_per_average(tmp_path):
   pilot = multi30k_recipe.PILOTS["batch"]
   cores = []
@@ -82,6 +81,7 @@ def test_the_batch_pilot_runs_together_on_separate_cores_and_reads_dev_bleu_per_
   assert data["b1024"]["dev_bleu_by_average"] == {"1": 38.5, "3": 40.1}  # other decode settings: not read
   text = open(multi30k_recipe.write(str(tmp_path), str(tmp_path), "batch")[0]).read()
   assert "dev sacreBLEU, avg 3" in text and "40.1" in text and "run together" in text
+
 
 def test_cooldown_branch_continues_the_same_run(tmp_path):
   """A branch copies the source's checkpoint and vocabulary into SOURCE_cooldown<start>, its

@@ -202,7 +202,6 @@ def test_a_failed_background_save_stops_in_one_line_and_removes_the_partial_fold
   saver.close()  # no second error
 
 
-
 class _LateWritingManager(_FailingManager):
   """A failed save whose other writes are still in flight when its first error surfaces (as
   tensorstore's are in Orbax): they re-create files under the temporary folder after the
@@ -235,6 +234,7 @@ def test_writes_of_a_failed_save_that_land_after_its_clean_up_are_removed_at_clo
   manager.late.join(timeout=30)  # the late write landed 0.05 s after the first clean-up
   assert not manager.late.is_alive()
   assert sorted(os.listdir(directory)) == ["2"]
+
 
 def _tiny_config():
   from transformer_jax.overrides import load_config_file  # pylint: disable=g-import-not-at-top
