@@ -30,7 +30,7 @@ import sys
 
 from experiments import report_run
 from experiments.row_runs import BOOKKEEPING_KEYS, flatten
-from transformer_jax import markdown
+from transformer_jax import markdown, workdir as workdir_lib
 from transformer_jax.overrides import apply_overrides, load_config_file
 
 CONFIG = "configs/multi30k.py"
@@ -77,7 +77,7 @@ def scores(workdir: str, step: int) -> dict:
   already in WORKDIR/eval are read, not recomputed)."""
   out = {}
   for k in AVERAGES:
-    stem = report_run.eval_stem(workdir, "validation", step, k if k > 1 else 0)
+    stem = workdir_lib.eval_stem(workdir, "validation", step, k if k > 1 else 0)
     if os.path.exists(stem + ".json"):
       with open(stem + ".json") as f:
         report = json.load(f)

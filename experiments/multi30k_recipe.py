@@ -31,7 +31,7 @@ import os
 import shlex
 
 from experiments import local_runner, plots, report_run, results_files
-from transformer_jax import markdown
+from transformer_jax import markdown, workdir as workdir_lib
 
 PILOT_MINUTES = 12
 MARKS = (4, 8)  # minutes of training at which the dev perplexities are compared (and the end)
@@ -100,7 +100,8 @@ def dev_bleu_by_average(workdir: str, step: int) -> dict[str, float]:
   run's last step (the checkpoint's own decode settings; '1': no averaging)."""
   out = {}
   for a in AVERAGES:
-    report = results_files.read_json(report_run.eval_stem(workdir, "validation", step, a if a > 1 else 0) + ".json")
+    stem = workdir_lib.eval_stem(workdir, "validation", step, a if a > 1 else 0)
+    report = results_files.read_json(stem + ".json")
     if report and report.get("sacrebleu") is not None:
       out[str(a)] = report["sacrebleu"]
   return out

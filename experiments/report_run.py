@@ -29,7 +29,7 @@ import sys
 from absl import flags
 
 from experiments import plots, results_files
-from transformer_jax import errors, markdown, metrics
+from transformer_jax import errors, markdown, metrics, workdir as workdir_lib
 from transformer_jax.config import ConfigError
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The trained workdir.", required=True)
@@ -77,16 +77,9 @@ def curve_steps(steps: list[int], points: int) -> list[int]:
   return sorted({steps[round(i * (len(steps) - 1) / max(n - 1, 1))] for i in range(n)})
 
 
-def eval_stem(workdir: str, split: str, step: int, average: int = 0) -> str:
-  """WORKDIR/eval/<split>_step<step>[_avg<k>]: where `--mode=eval` writes the report (.json),
-  translations (.txt, .jsonl) of a checkpoint or of the average of the last k (0: none), with
-  the checkpoint's own decode settings (as transformer_jax/evaluate.py names them)."""
-  return os.path.join(workdir, "eval", f"{split}_step{step}" + (f"_avg{average}" if average else ""))
-
-
 def samples(workdir: str, report: dict, split: str, average: int) -> list[dict]:
   """A few translations from the evaluation's output (source and reference where it wrote them)."""
-  stem = eval_stem(workdir, split, report["step"], average)
+  stem = workdir_lib.eval_stem(workdir, split, report["step"], average)
   if os.path.exists(stem + ".jsonl"):
     with open(stem + ".jsonl", encoding="utf-8") as f:
       lines = [json.loads(line) for line in f]
@@ -106,7 +99,7 @@ def evaluate(workdir: str, split: str, step: int, *, average: int = 0, bleu_sent
   rc = subprocess.run(cmd, check=False).returncode
   if rc:
     sys.exit(rc)
-  with open(eval_stem(workdir, split, step, average) + ".json") as f:
+  with open(workdir_lib.eval_stem(workdir, split, step, average) + ".json") as f:
     return json.load(f)
 
 

@@ -55,7 +55,7 @@ from absl import flags
 from experiments import report, results_files, row_runs, sweeps
 from experiments.local_runner import (STOP, cpu_shares, forward_sigterm, latest_step,
                                       subprocess_runner)
-from transformer_jax import errors
+from transformer_jax import errors, workdir as workdir_lib
 from transformer_jax.config import ConfigError
 from transformer_jax.overrides import REPO, parse_overrides
 
@@ -177,7 +177,7 @@ def run_one(res: row_runs.Resolved, seed: int, out: str, results_dir: str, proto
   _share_vocab(out, workdir, res.config, "out")
   log(f"  {name}: evaluating (dev loss/perplexity, BLEU on {res.bleu_sentences or 'all'} dev "
       f"sentences), log {workdir}/eval.log")
-  stem = os.path.join(workdir, "eval", f"validation_step{step}")
+  stem = workdir_lib.eval_stem(workdir, "validation", step)
   if os.path.exists(stem + ".json"):
     os.remove(stem + ".json")
   start = time.time()

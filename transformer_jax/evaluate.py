@@ -33,6 +33,7 @@ import jax
 import ml_collections
 
 from transformer_jax import attention, bleu, files as files_lib, checkpoint, markdown, sharding, step as step_lib
+from transformer_jax import workdir as workdir_lib
 from transformer_jax.config import ConfigError, ModelConfig, validate
 from transformer_jax.overrides import apply_overrides, parse_overrides
 
@@ -158,8 +159,7 @@ def evaluate_workdir(workdir: str, *, splits: Sequence[str] = ("test",),
   rows = sharding.batch_parallelism(mesh)
   requested = [dict(split=s) for s in splits] + [dict(files=tuple(f)) for f in files]
   sets = [load_eval_set(config, tok, batch_multiple=rows, **r) for r in requested]  # errors first
-  suffix = f"_step{step}" + (f"_avg{average}" if average else "") + _settings_tag(overrides)
-  out_dir = files_lib.join(files_lib.resolve(workdir), "eval")
+  workdir, tag = files_lib.resolve(workdir), _settings_tag(overrides)
   reports = []
   for eval_set in sets:
     report, hypotheses = Evaluator(config, tok, mesh, eval_set)(
@@ -172,10 +172,12 @@ def evaluate_workdir(workdir: str, *, splits: Sequence[str] = ("test",),
       report["compare"] = {"baseline": compare, **bleu.paired_bootstrap(
           baseline, hypotheses, eval_set.references[:len(hypotheses)])}
     if jax.process_index() == 0:
-      _write_set(files_lib.join(out_dir, eval_set.name + suffix), report, eval_set, hypotheses)
+      _write_set(workdir_lib.eval_stem(workdir, eval_set.name, step, average, tag), report,
+                 eval_set, hypotheses)
     reports.append(report)
   if len(reports) > 1 and jax.process_index() == 0:
-    files_lib.write_text(files_lib.join(out_dir, f"summary{suffix}.md"), summary_table(reports))
+    files_lib.write_text(workdir_lib.eval_stem(workdir, "summary", step, average, tag) + ".md",
+                         summary_table(reports))
     print(summary_table(reports), end="", flush=True)
   return reports
 
@@ -221,7 +223,7 @@ def _comparison_hypotheses(path: str, set_name: str, count: int) -> list[str]:
   its .txt beside it), or a workdir (its newest eval of the same set)."""
   from transformer_jax.translate import read_lines  # pylint: disable=g-import-not-at-top
   if os.path.isdir(path):
-    folder = os.path.join(path, "eval")
+    folder = os.path.join(path, workdir_lib.EVAL_FOLDER)
     found = sorted((f for f in (os.listdir(folder) if os.path.isdir(folder) else [])
                     if f.startswith(f"{set_name}_step") and f.endswith(".txt")),
                    key=lambda f: os.path.getmtime(os.path.join(folder, f)))

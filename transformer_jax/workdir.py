@@ -57,6 +57,7 @@ HEARTBEAT_SECONDS = 30.0
 STALE_AFTER_SECONDS = 300.0   # ten missed heartbeats
 UNWRITTEN_GRACE_SECONDS = 60.0  # an empty/unreadable lock older than this is a crashed creator
 RUN_FOLDERS = ("checkpoints", "tb")  # removed at exit when the run left them empty
+EVAL_FOLDER = "eval"  # what --mode=eval writes (transformer_jax/evaluate.py)
 
 
 class WorkdirBusy(ConfigError):
@@ -72,6 +73,15 @@ def prepare_workdir(workdir: str) -> str:
   except OSError as e:
     raise ConfigError(f"workdir {workdir} is not writable ({e.strerror})") from None
   return workdir
+
+
+def eval_stem(workdir: str, set_name: str, step: int, average: int = 0, settings: str = "") -> str:
+  """WORKDIR/eval/<set>_step<N>[_avg<k>][<settings>]: the stem of the report (.json) and
+  translations (.txt, .jsonl) that `--mode=eval` writes for step N's checkpoint, or for the
+  average of the last k (0: none); `settings` tags decode overrides (evaluate._settings_tag).
+  The one place that names them, for evaluate.py and for the experiments that read them."""
+  return files.join(workdir, EVAL_FOLDER,
+                    f"{set_name}_step{step}" + (f"_avg{average}" if average else "") + settings)
 
 
 def free_space(path: str) -> str:
