@@ -99,7 +99,8 @@ def evaluate(workdir: str, split: str, step: int, *, average: int = 0, bleu_sent
   rc = subprocess.run(cmd, check=False).returncode
   if rc:
     sys.exit(rc)
-  with open(workdir_lib.eval_stem(workdir, split, step, average) + ".json") as f:
+  with open(workdir_lib.eval_stem(workdir, split, step, average, bleu_sentences=bleu_sentences)
+            + ".json") as f:
     return json.load(f)
 
 

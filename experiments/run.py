@@ -177,7 +177,7 @@ def run_one(res: row_runs.Resolved, seed: int, out: str, results_dir: str, proto
   _share_vocab(out, workdir, res.config, "out")
   log(f"  {name}: evaluating (dev loss/perplexity, BLEU on {res.bleu_sentences or 'all'} dev "
       f"sentences), log {workdir}/eval.log")
-  stem = workdir_lib.eval_stem(workdir, "validation", step)
+  stem = workdir_lib.eval_stem(workdir, "validation", step, bleu_sentences=res.bleu_sentences)
   if os.path.exists(stem + ".json"):
     os.remove(stem + ".json")
   start = time.time()

@@ -10,6 +10,7 @@ import time
 
 from experiments import local_runner, run
 from tests.common import REPO
+from transformer_jax import workdir as workdir_lib
 
 TABLE3 = "experiments/table3.py"
 
@@ -108,7 +109,8 @@ class FakeCLI:
       return 1, "RuntimeError: out of memory"
     step = local_runner.latest_step(workdir)
     ppl, bleu = self.scores.get(key, (9.0, 5.0))
-    stem = os.path.join(workdir, "eval", f"validation_step{step}")
+    stem = workdir_lib.eval_stem(workdir, "validation", step,
+                                 bleu_sentences=int(self._arg(cmd, "--bleu_sentences")))
     os.makedirs(os.path.dirname(stem), exist_ok=True)
     with open(stem + ".json", "w") as f:
       json.dump({"loss": 2.5, "nll": 2.2, "perplexity": ppl, "tokens": 1000, "sacrebleu": bleu - 1,

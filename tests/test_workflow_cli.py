@@ -104,13 +104,21 @@ def test_eval_honours_decode_overrides_and_rejects_model_ones(workdir):
     result = _main("--mode=eval", f"--workdir={workdir}", "--split=validation",
                    "--bleu_sentences=60", f"--config.decode.beam_size={beam}")
     assert result.returncode == 0, result.stderr.decode()[-2000:]
-    stem = os.path.join(workdir, "eval", f"validation_step4_beam{beam}")
+    stem = os.path.join(workdir, "eval", f"validation_step4_beam{beam}_bleu60")
     report = json.load(open(stem + ".json"))
     assert report["decode"]["beam_size"] == beam and report["sentences"] == 60
     assert report["overrides"] == {"decode.beam_size": beam}
     outputs[beam] = open(stem + ".txt", encoding="utf-8").read().split("\n")
   assert len(outputs[1]) == len(outputs[4]) == 61
   assert outputs[1] != outputs[4]  # the setting reached the search
+  # fewer sentences with the same settings: a report of its own, the 60-sentence one untouched
+  result = _main("--mode=eval", f"--workdir={workdir}", "--split=validation",
+                 "--bleu_sentences=20", "--config.decode.beam_size=1")
+  assert result.returncode == 0, result.stderr.decode()[-2000:]
+  stem = os.path.join(workdir, "eval", "validation_step4_beam1")
+  assert json.load(open(stem + "_bleu20.json"))["sentences"] == 20
+  assert json.load(open(stem + "_bleu60.json"))["sentences"] == 60
+  assert open(stem + "_bleu60.txt", encoding="utf-8").read().split("\n") == outputs[1]
   result = _main("--mode=eval", f"--workdir={workdir}", "--config.model.num_heads=4")
   assert result.returncode == 2
   last = result.stderr.decode().strip().splitlines()[-1]

@@ -13,7 +13,8 @@ sweep runner (through `--mode=eval`) and experiments/report_run.py all go throug
 `decode.*` / `data.*` overrides on top of the checkpoint's config (a `model.*` or `train.*`
 override cannot change a trained model: a ConfigError), evaluates each requested set and writes
 per set, in `WORKDIR/eval/`:
-- `<set>_step<N>[_avg<k>][_<decode settings>].txt`: one translation per source line;
+- `<set>_step<N>[_avg<k>][_<decode settings>][_bleu<n>].txt` (workdir.eval_stem): one
+  translation per source line;
 - `... .jsonl`: per sentence: index, source, reference, hypothesis;
 - `... .json`: the report: metrics, signatures, decode settings, timing, and with `compare`, the
   paired bootstrap against the other system;
@@ -172,12 +173,13 @@ def evaluate_workdir(workdir: str, *, splits: Sequence[str] = ("test",),
       report["compare"] = {"baseline": compare, **bleu.paired_bootstrap(
           baseline, hypotheses, eval_set.references[:len(hypotheses)])}
     if jax.process_index() == 0:
-      _write_set(workdir_lib.eval_stem(workdir, eval_set.name, step, average, tag), report,
-                 eval_set, hypotheses)
+      _write_set(workdir_lib.eval_stem(workdir, eval_set.name, step, average, tag, bleu_sentences),
+                 report, eval_set, hypotheses)
     reports.append(report)
   if len(reports) > 1 and jax.process_index() == 0:
-    files_lib.write_text(workdir_lib.eval_stem(workdir, "summary", step, average, tag) + ".md",
-                         summary_table(reports))
+    files_lib.write_text(
+        workdir_lib.eval_stem(workdir, "summary", step, average, tag, bleu_sentences) + ".md",
+        summary_table(reports))
     print(summary_table(reports), end="", flush=True)
   return reports
 
