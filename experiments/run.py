@@ -30,7 +30,7 @@ further run starts. The report (experiments/report.py) is written at the end of 
 the CPU cores (XLA's Eigen pool off on a one-core share). Small models use two cores poorly: at
 Table 3's CPU scale two one-core runs side by side do 1.48x the steps per second of one
 two-core run (experiments/results/sweep_parallel.md). Each result records its share
-(`cpu_share`); the first run that trains the shared vocabulary runs alone.
+(`cpu_share`); the shared vocabulary is trained first, on every core (`--mode=vocab`).
 """
 
 from __future__ import annotations
@@ -102,6 +102,24 @@ def _vocab_cache(out: str, config) -> str:
   return os.path.join(out, "_vocab", key)
 
 
+def _prepare_vocab(res: row_runs.Resolved, seed: int, out: str, runner, log) -> None:
+  """Trains the shared vocabulary before runs start side by side (`--mode=vocab`, on every core,
+  in the first run's workdir, then stashed in OUT/_vocab), so that none of them trains its own.
+  On failure the first run trains it, alone on every core, before the others start."""
+  if os.path.isdir(_vocab_cache(out, res.config)):
+    return
+  workdir = _workdir(out, res.row_id, seed)
+  os.makedirs(workdir, exist_ok=True)
+  log(f"the shared vocabulary ({res.config.model.vocab_size} pieces): training it first, log "
+      f"{workdir}/vocab.log")
+  cmd = row_runs.train_command(res, workdir, python=sys.executable, seed=seed) + ["--mode=vocab"]
+  rc, error = runner(cmd, os.path.join(workdir, "vocab.log"), 0.0)
+  if rc:
+    log(f"  the shared vocabulary: FAILED: {error}; the first run trains it alone")
+  else:
+    _share_vocab(out, workdir, res.config, "out")
+
+
 def _share_vocab(out: str, workdir: str, config, direction: str) -> None:
   """One vocabulary for all runs: copied into a new workdir, or stashed from a trained one."""
   cache, run_vocab = _vocab_cache(out, config), os.path.join(workdir, "vocab")
@@ -124,6 +142,10 @@ def _result_path(results_dir: str, row_id: str, seed: int) -> str:
   return os.path.join(results_dir, f"{row_id}_seed{seed}.json")
 
 
+def _workdir(out: str, row_id: str, seed: int) -> str:
+  return os.path.join(os.path.abspath(out), row_id, f"seed{seed}")
+
+
 def run_one(res: row_runs.Resolved, seed: int, out: str, results_dir: str, protocol: dict, *,
             runner=subprocess_runner, eval_only: bool = False, timeout_s: float = 0.0,
             sweep_command: str = "", log=print, cpus: list[int] | None = None) -> dict:
@@ -137,7 +159,7 @@ def run_one(res: row_runs.Resolved, seed: int, out: str, results_dir: str, proto
   if os.path.exists(result_path):
     log(f"  {name}: done earlier ({os.path.relpath(result_path)}), skipped")
     return {"row": res.row_id, "seed": seed, "status": "done", "error": "", "stage": ""}
-  workdir = os.path.join(os.path.abspath(out), res.row_id, f"seed{seed}")
+  workdir = _workdir(out, res.row_id, seed)
   os.makedirs(workdir, exist_ok=True)
   train_cmd = row_runs.train_command(res, workdir, python=sys.executable, seed=seed)
   eval_cmd = eval_command(workdir, res.bleu_sentences, python=sys.executable)
@@ -211,10 +233,12 @@ def run_sweep(runs: list[tuple[row_runs.Resolved, int]], out: str, results_dir: 
   os.makedirs(results_dir, exist_ok=True)
   start = time.time()
   host = cpu_shares(parallel) if parallel > 1 else [None]  # None: every core
-  # The first run to do, if it trains the shared vocabulary, runs alone on every core (with the
-  # finished ones before it, which it skips).
   todo = [i for i, (res, seed) in enumerate(runs)
           if not os.path.exists(_result_path(results_dir, res.row_id, seed))]
+  if parallel > 1 and todo and not (run_args.get("eval_only") or STOP["requested"]):
+    _prepare_vocab(*runs[todo[0]], out, run_args.get("runner", subprocess_runner), log)
+  # If that failed, the first run to do trains the vocabulary alone on every core (with the
+  # finished ones before it, which it skips).
   first = (todo[0] + 1 if parallel > 1 and todo
            and not os.path.isdir(_vocab_cache(out, runs[todo[0]][0].config)) else 0)
   shares = queue.Queue()

@@ -38,17 +38,25 @@ class SweepKilled(BaseException):
   runner's caller would do after the call happens."""
 
 
+def _write_vocab(workdir):
+  os.makedirs(os.path.join(workdir, "vocab"), exist_ok=True)
+  with open(os.path.join(workdir, "vocab", "spm.model"), "wb") as f:
+    f.write(b"vocabulary")
+
+
 class FakeCLI:
   """Stands in for the training and evaluation CLIs, with their workdir semantics: training (with
   --config.seed) leaves checkpoints/<step>, vocab/ and metrics.jsonl (train and dev rows);
   evaluation writes eval/validation_step<step>.{json,jsonl}. `scores`: (row, seed) -> (dev PPL,
   tokenized BLEU); `fail`, `fail_eval`: (row, seed) pairs; `stop_at`, `kill_at`: (row, seed) -> step.
   `train_seconds`: how long a training call takes; `cores` records each call's cores (None: all)
-  and `most_at_once` the most training calls that overlapped."""
+  and `most_at_once` the most training calls that overlapped. `--mode=vocab` (the shared
+  vocabulary) writes vocab/, or fails with `fail_vocab`; `vocab_cores`: its cores."""
 
   def __init__(self, fail=(), fail_eval=(), stop_at=None, scores=None, train_seconds=0.0,
-               kill_at=None):
-    self.fail, self.fail_eval = set(fail), set(fail_eval)
+               kill_at=None, fail_vocab=False):
+    self.fail, self.fail_eval, self.fail_vocab = set(fail), set(fail_eval), fail_vocab
+    self.vocab_cores = "not called"
     self.stop_at, self.scores, self.calls = dict(stop_at or {}), dict(scores or {}), []
     self.kill_at = dict(kill_at or {})
     self.train_seconds, self.cores, self.most_at_once = train_seconds, {}, 0
@@ -63,6 +71,14 @@ class FakeCLI:
     key = (os.path.basename(os.path.dirname(workdir)), int(os.path.basename(workdir)[len("seed"):]))
     if "--mode=eval" in cmd:
       return self._evaluate(cmd, workdir, key)
+    if "--mode=vocab" in cmd:  # the sweep's shared vocabulary, before --parallel runs
+      with self._lock:
+        self.calls.append(("vocab", *key))
+        self.vocab_cores = cpus
+      if self.fail_vocab:
+        return 1, "error: the training split has no non-empty sentence"
+      _write_vocab(workdir)
+      return 0, ""
     assert int(self._arg(cmd, "--config.seed")) == key[1]
     with self._lock:
       self.calls.append(("train", *key))
@@ -86,9 +102,7 @@ class FakeCLI:
     done = self.kill_at.pop(key, None) or self.stop_at.pop(key, steps)  # an interrupted run stops
     # early, exit 0 (as SIGTERM does); a killed one takes the sweep down with it (SweepKilled)
     os.makedirs(os.path.join(workdir, "checkpoints", str(done)), exist_ok=True)
-    os.makedirs(os.path.join(workdir, "vocab"), exist_ok=True)
-    with open(os.path.join(workdir, "vocab", "spm.model"), "wb") as f:
-      f.write(b"vocabulary")
+    _write_vocab(workdir)
     ppl = self.scores.get(key, (9.0, 5.0))[0]
     with open(os.path.join(workdir, "metrics.jsonl"), "a") as f:
       for step in range(1, done + 1):

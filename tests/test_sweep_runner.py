@@ -91,7 +91,7 @@ def test_a_killed_sweeps_training_time_is_counted_when_it_resumes(table3, tmp_pa
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPU cores")
 def test_parallel_runs_each_on_its_own_cores(table3, tmp_path):
-  """--parallel=2: the first run (it trains the shared vocabulary) alone on every core, then two
+  """--parallel=2: the shared vocabulary first (`--mode=vocab`, on every core), then every run two
   at a time, each on its own half of the cores, recorded in its result; the same results as one
   at a time, and a rerun skips them all."""
   rows = ["base", "A_h1", "C_N8"]
@@ -105,7 +105,7 @@ def test_parallel_runs_each_on_its_own_cores(table3, tmp_path):
                                   ("C_N8", 0), ("C_N8", 1)]]
   halves = local_runner.cpu_shares(2)
   assert sorted(halves[0] + halves[1]) == sorted(os.sched_getaffinity(0)) and halves[0] and halves[1]
-  assert fake.cores.pop(("base", 0)) is None  # alone, on every core
+  assert fake.calls[0] == ("vocab", "base", 0) and fake.vocab_cores is None  # every core
   assert sorted(map(tuple, set(map(tuple, fake.cores.values())))) == sorted(map(tuple, halves))
   assert fake.most_at_once == 2
   for name in os.listdir(results):
@@ -119,11 +119,16 @@ def test_parallel_runs_each_on_its_own_cores(table3, tmp_path):
                      f"--out={out}")
   assert report.returncode == 0, report.stderr
   text = (tmp_path / "results.md").read_text()
-  assert "6 of them ran beside other runs, each on its own share of the cores (`--parallel`" in text
+  assert "7 of them ran beside other runs, each on its own share of the cores (`--parallel`" in text
   assert "; result files: `results/`" in text  # outside the checkout: as seen from the report
   before, fake.calls = file_snapshot(results), []
   run_fake(table3, out, results, rows, fake, parallel=2)
   assert fake.calls == [] and file_snapshot(results) == before
+  # the vocabulary step failing: the first run trains the vocabulary alone, the rest side by side
+  fake = FakeCLI(fail_vocab=True)
+  states = run_fake(table3, tmp_path / "sweep2", tmp_path / "results2", ["base"], fake, parallel=2)
+  assert [s["status"] for s in states] == ["done"] * 3 and fake.calls[0] == ("vocab", "base", 0)
+  assert fake.cores[("base", 0)] is None and fake.cores[("base", 1)] in halves
   with pytest.raises(ConfigError, match="--parallel=.*CPU cores; give at most one run per core"):
     local_runner.cpu_shares(len(os.sched_getaffinity(0)) + 1)
 

@@ -194,3 +194,19 @@ def test_progress_bar_of_a_wall_time_run_shows_the_time_budget(capsys):
   steps = Progress(True, 500, 20)  # no time limit: a bar of steps
   assert steps._bar.total == 500 and steps._bar.n == 20  # pylint: disable=protected-access
   steps.close()
+
+
+def test_vocab_mode_writes_the_vocabulary_training_starts_with_and_nothing_else(workdir, tmp_path):
+  """--mode=vocab (what a --parallel sweep runs first): the same SentencePiece model a training
+  run of that config trains, alone in the new workdir; without --config, one line."""
+  from transformer_jax.data import tokenizer  # pylint: disable=g-import-not-at-top
+  w = str(tmp_path / "vocab_only")
+  result = _main("--mode=vocab", f"--workdir={w}", *FLAGS)
+  assert result.returncode == 0, result.stderr.decode()[-2000:]
+  assert os.listdir(w) == [tokenizer.VOCAB_SUBDIR]
+  with open(tokenizer.vocab_path(w), "rb") as a, open(tokenizer.vocab_path(workdir), "rb") as b:
+    assert a.read() == b.read()
+  result = _main("--mode=vocab", f"--workdir={w}")
+  assert result.returncode == 2
+  last = result.stderr.decode().strip().splitlines()[-1]
+  assert last == "error: --config is required for --mode=vocab", last

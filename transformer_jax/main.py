@@ -7,6 +7,7 @@
   python -m transformer_jax.main --mode=eval --workdir=DIR --source=a.en --reference=a.de \
       --config.decode.beam_size=1 --compare=OTHER_WORKDIR
   python -m transformer_jax.main --mode=translate --workdir=DIR [--input=FILE] < text
+  python -m transformer_jax.main --mode=vocab --config=configs/base.py --workdir=DIR  # vocab only
 
 `--config.KEY=VALUE` overrides the config file's keys when training; for eval and translate
 they apply to the checkpoint's own config (`decode.*`, `data.*`, `mesh.*` only).
@@ -23,8 +24,9 @@ from transformer_jax import errors
 _CONFIG = flags.DEFINE_string("config", None, "Run config file for training, e.g. "
                               "configs/multi30k.py or configs/multi30k.py:short.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Folder for checkpoints, vocabulary and logs.")
-_MODE = flags.DEFINE_enum("mode", "train", ["train", "eval", "translate", "average"],
-                          "What to do with the workdir.")
+_MODE = flags.DEFINE_enum("mode", "train", ["train", "eval", "translate", "average", "vocab"],
+                          "What to do with the workdir (vocab: only train the run's "
+                          "vocabulary into it, as training starts by doing).")
 _SPLIT = flags.DEFINE_list("split", None, "Eval: configured splits (validation, test), comma "
                            "separated; default test unless --source/--reference are given.")
 _SOURCE = flags.DEFINE_multi_string("source", [], "Eval: source file of a test set (plain or "
@@ -57,18 +59,21 @@ def main(argv):
     raise config_lib.ConfigError("--workdir is required")
   mode, overrides = _MODE.value, errors.OVERRIDE_ARGS
   workdir = files_lib.resolve(_WORKDIR.value)  # gs:// stays a URL; its package is checked now
-  if mode != "train" and _CONFIG.value:
-    raise config_lib.ConfigError(f"--config is for --mode=train; --mode={mode} uses the "
+  if mode not in ("train", "vocab") and _CONFIG.value:
+    raise config_lib.ConfigError(f"--config is for --mode=train or vocab; --mode={mode} uses the "
                                  "checkpoint's config (override decode settings with --config.decode.*)")
-  if mode == "train":
+  if mode in ("train", "vocab"):
     if _CONFIG.value is None:
-      raise config_lib.ConfigError("--config is required for --mode=train")
+      raise config_lib.ConfigError(f"--config is required for --mode={mode}")
     config = overrides_lib.load(_CONFIG.value, overrides)
   distributed.enable_compilation_cache()
   distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   if mode == "train":
     from transformer_jax import train  # pylint: disable=g-import-not-at-top
     train.train_and_evaluate(config, workdir)
+  elif mode == "vocab":
+    from transformer_jax import train  # pylint: disable=g-import-not-at-top
+    print(f"vocabulary in {train.prepare_vocabulary(config, workdir)}")
   elif mode == "average":
     from transformer_jax import averaging  # pylint: disable=g-import-not-at-top
     out = averaging.average_workdir(workdir, _AVERAGE.value or 5, step=_STEP.value)

@@ -133,6 +133,19 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       saver.close()
 
 
+def prepare_vocabulary(config: ml_collections.ConfigDict, workdir: str) -> str:
+  """`--mode=vocab`: the run's vocabulary in WORKDIR/vocab, trained from the training split as a
+  training run's start would (or the one already there), under the workdir's lock; returns its
+  path. A sweep trains the one vocabulary its runs share this way before they start side by
+  side (experiments/run.py)."""
+  from transformer_jax.data import tokenizer  # pylint: disable=g-import-not-at-top
+  validate(config)
+  with workdir_lib.claim(workdir, "training the vocabulary") as workdir:
+    distributed.process_zero_first("vocab",
+                                   lambda: tokenizer.load_or_train_tokenizer(config, workdir))
+    return tokenizer.vocab_path(workdir)
+
+
 def _train(config, workdir, saver, mesh) -> dict:
   """The body of train_and_evaluate, once the workdir is held."""
   from transformer_jax.data import pipeline, tokenizer  # pylint: disable=g-import-not-at-top
