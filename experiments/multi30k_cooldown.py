@@ -77,12 +77,12 @@ def scores(workdir: str, step: int) -> dict:
   already in WORKDIR/eval are read, not recomputed)."""
   out = {}
   for k in AVERAGES:
-    stem = workdir_lib.eval_stem(workdir, "validation", step, k if k > 1 else 0)
+    stem = workdir_lib.eval_stem(workdir, "validation", step, k)
     if os.path.exists(stem + ".json"):
       with open(stem + ".json") as f:
         report = json.load(f)
     else:
-      report = report_run.evaluate(workdir, "validation", step, average=k if k > 1 else 0)
+      report = report_run.evaluate(workdir, "validation", step, average=k)
     out[str(k)] = {"perplexity": report["perplexity"], "sacrebleu": report["sacrebleu"],
                    "sentences": report["num_sentences"]}
   return out

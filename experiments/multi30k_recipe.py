@@ -100,7 +100,7 @@ def dev_bleu_by_average(workdir: str, step: int) -> dict[str, float]:
   run's last step (the checkpoint's own decode settings; '1': no averaging)."""
   out = {}
   for a in AVERAGES:
-    stem = workdir_lib.eval_stem(workdir, "validation", step, a if a > 1 else 0)
+    stem = workdir_lib.eval_stem(workdir, "validation", step, a)
     report = results_files.read_json(stem + ".json")
     if report and report.get("sacrebleu") is not None:
       out[str(a)] = report["sacrebleu"]

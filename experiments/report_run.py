@@ -93,6 +93,7 @@ def evaluate(workdir: str, split: str, step: int, *, average: int = 0, bleu_sent
   """The evaluation CLI on one checkpoint (or the average of the last `average` up to `step`);
   its report, WORKDIR/eval/<split>_step<step>[_avg<k>].json. A failed evaluation (its error
   printed) ends this script with the same exit status."""
+  average = average if average > 1 else 0  # the average of one checkpoint is that checkpoint
   cmd = [sys.executable, "-m", "transformer_jax.main", "--mode=eval", f"--workdir={workdir}",
          f"--split={split}", f"--step={step}", f"--average={average}",
          f"--bleu_sentences={bleu_sentences}"]
@@ -148,11 +149,11 @@ def main(argv):
     print(f"step {s}: dev sacreBLEU {dev['sacrebleu']:.2f}", flush=True)
   dev_averages = {}
   for k in sorted({min(k, len(steps)) for k in choices}):  # averaging chosen on dev, all sentences
-    dev_averages[k] = evaluate(workdir, "validation", last_step, average=k if k > 1 else 0)["sacrebleu"]
+    dev_averages[k] = evaluate(workdir, "validation", last_step, average=k)["sacrebleu"]
     print(f"average of last {k}: dev sacreBLEU {dev_averages[k]:.2f}", flush=True)
   if dev_averages:
     average = max(dev_averages, key=lambda k: (dev_averages[k], -k))  # ties: fewer checkpoints
-  final = evaluate(workdir, _TEST_SPLIT.value, last_step, average=average if average > 1 else 0)
+  final = evaluate(workdir, _TEST_SPLIT.value, last_step, average=average)
   final_last = evaluate(workdir, _TEST_SPLIT.value, last_step) if _ALSO_LAST.value else None
   translator = Translator.from_workdir(workdir, average=average)
 
@@ -167,7 +168,7 @@ def main(argv):
       "averaged_checkpoints": average, "dev_bleu_by_average": dev_averages,
       "reach": {str(x): first_reaching(curve, x) for x in reach} if _CURVE_TEST.value else {},
       "test_averaged": final, "test_last_checkpoint": final_last,
-      "samples": samples(workdir, final, _TEST_SPLIT.value, average if average > 1 else 0),
+      "samples": samples(workdir, final, _TEST_SPLIT.value, average),
       "api_translations": list(zip(API_SENTENCES, translator.translate(API_SENTENCES))),
       "report_command": shlex.join(["python", "-m", "experiments.report_run", *sys.argv[1:]]),
       "notes": _NOTES.value,
