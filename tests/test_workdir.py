@@ -260,3 +260,23 @@ def test_training_time_is_restored_and_older_checkpoints_without_it_still_load(t
     reader.close()
     assert restored_step == 3 and int(restored.step) == 0
     assert spent == (seconds or 0.0)
+
+
+def test_compare_with_a_workdir_picks_its_newest_eval_of_the_same_sentences(tmp_path):
+  """`--compare=<workdir>`: a partial (`--bleu_sentences=n`) report is the baseline only when n
+  sentences were translated here; otherwise the newest full one, and none fitting is one line."""
+  from transformer_jax import evaluate  # pylint: disable=g-import-not-at-top
+  w = str(tmp_path)
+  os.makedirs(os.path.join(w, workdir_lib.EVAL_FOLDER))
+  for age, (n, lines) in enumerate([(0, 6), (5, 5), (0, 6), (3, 3)]):
+    stem = workdir_lib.eval_stem(w, "validation", 100 * (age + 1), bleu_sentences=n)
+    with open(stem + ".txt", "w", encoding="utf-8") as f:
+      f.write("".join(f"{stem[-12:]} {i}\n" for i in range(lines)))
+    os.utime(stem + ".txt", (1000 + age, 1000 + age))
+  full = evaluate._comparison_hypotheses(w, "validation", 6)
+  assert full[0].endswith("step300 0")     # the newest with 6 lines, not the newer 3-line one
+  assert evaluate._comparison_hypotheses(w, "validation", 3)[0].endswith("0_bleu3 0")
+  with pytest.raises(ConfigError, match=r"no evaluation of 'validation' with 4 sentences"):
+    evaluate._comparison_hypotheses(w, "validation", 4)
+  with pytest.raises(ConfigError, match=r"no evaluation of 'test'"):
+    evaluate._comparison_hypotheses(w, "test", 6)

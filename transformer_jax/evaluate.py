@@ -222,18 +222,25 @@ def summary_table(reports: Sequence[dict]) -> str:
 
 def _comparison_hypotheses(path: str, set_name: str, count: int) -> list[str]:
   """The other system's translations: a hypotheses file (one per line), an eval report (.json,
-  its .txt beside it), or a workdir (its newest eval of the same set)."""
+  its .txt beside it), or a workdir (its newest eval of the same set with as many sentences as
+  translated here: a `--bleu_sentences=n` report is chosen only when n sentences were)."""
   from transformer_jax.translate import read_lines  # pylint: disable=g-import-not-at-top
   if os.path.isdir(path):
     folder = os.path.join(path, workdir_lib.EVAL_FOLDER)
     found = sorted((f for f in (os.listdir(folder) if os.path.isdir(folder) else [])
                     if f.startswith(f"{set_name}_step") and f.endswith(".txt")),
-                   key=lambda f: os.path.getmtime(os.path.join(folder, f)))
+                   key=lambda f: os.path.getmtime(os.path.join(folder, f)), reverse=True)
     if not found:
       raise ConfigError(f"--compare={path}: no evaluation of '{set_name}' in {folder}; run "
                         f"--mode=eval on that workdir first")
-    path = os.path.join(folder, found[-1])
-  elif path.endswith(".json"):
+    sized = {f: read_lines(os.path.join(folder, f)) for f in found}
+    same = [f for f in found if len(sized[f]) == count]
+    if not same:
+      seen = ", ".join(f"{f} ({len(sized[f])})" for f in found)
+      raise ConfigError(f"--compare={path}: no evaluation of '{set_name}' with {count} sentences "
+                        f"in {folder} (found: {seen}); compare systems on the same sentences")
+    return sized[same[0]]
+  if path.endswith(".json"):
     path = path[:-len(".json")] + ".txt"
   lines = read_lines(path)
   if len(lines) != count:
