@@ -6,15 +6,10 @@ finished (row, seed) and the dev references (references.json). The report beside
 seeds) and `.png` (ours against the paper's values), puts each row next to the paper's:
 
 - ours as the mean over seeds with min–max and n, and the change against base;
-- the paper's direction for the row: the sign of its change against base when that is clear
-  (|ΔPPL| >= 0.2, |ΔBLEU| >= 0.3), '=' otherwise;
-- a verdict (`verdict`): with noise = the larger of the row's and base's ranges over seeds, ✓
-  when |ours - base| > noise in the paper's direction, ✗ when beyond the noise the other way (or
-  when the paper's row is '=' and ours moved), '=' within the noise ('= ✓' for a '=' row);
-- the paired bootstrap p-value of the row's BLEU against base's (sacreBLEU, seed 0 of each);
+- the paper's direction for the row, the verdict against the seed noise, the paired bootstrap
+  p-value of its BLEU against base's (the rules: experiments/verdicts.py);
 - convergence: the relative change of dev perplexity over the last quarter of training, and the
-  row's dev perplexity relative to base's halfway through training and at the end (a gap that
-  is still closing says the ordering could change with a longer run);
+  row's dev perplexity relative to base's halfway through training and at the end;
 - the wall time per row and for the whole sweep.
 Rows without all their seeds finished show what there is, and no verdict. A `## Reading`
 section is not generated: it is the contents of `<sweep>_<scale>_reading.md` when that exists.
@@ -23,182 +18,14 @@ section is not generated: it is the contents of `<sweep>_<scale>_reading.md` whe
 from __future__ import annotations
 
 import datetime
-import functools
 import json
 import os
-import statistics
 
-from experiments import plots, results_files, row_runs, sweeps
+from experiments import plots, results_files, verdicts
 from transformer_jax import markdown
 from transformer_jax.overrides import REPO
 
-PPL_CLEAR = 0.2    # |ΔPPL| of the paper at or above which a row's direction is clear
-BLEU_CLEAR = 0.3   # the same for ΔBLEU
 TOLERANCE_M = 3.0  # paper-scale parameter counts must match the paper within this (millions)
-
-
-# ----------------------------------------------------------------------------- verdicts
-
-def expectation(paper_row, paper_base, clear: float):
-  """The paper's direction for a row: '+' or '-' when |change| >= clear, '=' below; None without
-  values. (Compared at the paper's printed precision: 5.12 - 4.92 is a change of 0.20.)"""
-  if paper_row is None or paper_base is None:
-    return None
-  delta = round(paper_row - paper_base, 6)
-  if abs(delta) < clear - 1e-9:
-    return "="
-  return "+" if delta > 0 else "-"
-
-
-def clear_rows(sweep) -> list[str]:
-  """Rows whose paper PPL differs from base's by at least PPL_CLEAR (Table 3: 11 rows)."""
-  base = sweep.rows["base"].paper
-  return [r for r in sweeps.row_ids(sweep) if r != "base" and sweep.rows[r].paper is not None
-          and expectation(sweep.rows[r].paper.ppl, base.ppl, PPL_CLEAR) in ("+", "-")]
-
-
-def paper_unchanged(sweep) -> list[str]:
-  """Rows the paper shows as unchanged: PPL and BLEU within one unit of the last printed digit
-  of base's (0.01 and 0.1)."""
-  base = sweep.rows["base"].paper
-  return [r for r in sweeps.row_ids(sweep) if r != "base" and sweep.rows[r].paper is not None
-          and None not in (sweep.rows[r].paper.ppl, sweep.rows[r].paper.bleu)
-          and abs(round(sweep.rows[r].paper.ppl - base.ppl, 6)) <= 0.01
-          and abs(round(sweep.rows[r].paper.bleu - base.bleu, 6)) <= 0.1]
-
-
-def spread(values: list[float]) -> dict:
-  return {"mean": statistics.fmean(values), "min": min(values), "max": max(values),
-          "n": len(values)} if values else {"mean": None, "min": None, "max": None, "n": 0}
-
-
-def verdict(expected, row_values: list[float], base_values: list[float]) -> dict:
-  """A row against base on one metric: the difference of the means, the noise (the larger of the
-  two ranges over seeds) and the verdict ('✓', '✗', '=', '= ✓', or '' without values or
-  expectation); see the module docstring."""
-  if not row_values or not base_values:
-    return {"delta": None, "noise": None, "verdict": ""}
-  delta = statistics.fmean(row_values) - statistics.fmean(base_values)
-  noise = max(max(row_values) - min(row_values), max(base_values) - min(base_values))
-  beyond = abs(delta) > noise
-  if expected is None:
-    mark = ""
-  elif expected == "=":
-    mark = "✗" if beyond else "= ✓"
-  elif beyond:
-    mark = "✓" if (delta > 0) == (expected == "+") else "✗"
-  else:
-    mark = "="
-  return {"delta": delta, "noise": noise, "verdict": mark}
-
-
-def p_value(base: dict, row: dict, references: list[str]):
-  """Paired bootstrap p-value of `row`'s sacreBLEU against `base`'s (same dev sentences)."""
-  from transformer_jax import bleu  # pylint: disable=g-import-not-at-top
-  if not references or len(base["hypotheses"]) != len(references) != len(row["hypotheses"]):
-    return None
-  return bleu.paired_bootstrap(base["hypotheses"], row["hypotheses"], references)["bleu"]["p_value"]
-
-
-@functools.lru_cache(maxsize=None)
-def _paper_params(spec: str) -> dict[str, int]:
-  return {p["row"]: p["params"] for p in paper_params_table(sweeps.load_sweep(spec))}
-
-
-def paper_params_table(sweep) -> list[dict]:
-  """Exact parameter counts of the rows at the paper's scale (vocab 37000), beside the paper's."""
-  from transformer_jax.config import ModelConfig  # pylint: disable=g-import-not-at-top
-  from transformer_jax.params import count_params  # pylint: disable=g-import-not-at-top
-  table = []
-  for r in sweeps.row_ids(sweep):
-    res = row_runs.resolve(sweep, r, "paper")
-    paper = sweep.rows[r].paper
-    table.append({"row": r, "label": res.label,
-                  "params": count_params(ModelConfig.from_config(res.config.model)),
-                  "paper_params_m": paper.params_m if paper is not None else None})
-  return table
-
-
-def params_markdown(sweep) -> str:
-  rows = []
-  for p in paper_params_table(sweep):
-    ref = p["paper_params_m"]
-    rows.append([p["label"], f"{p['params']:,} ({p['params'] / 1e6:.1f}M)", ref,
-                 None if ref is None else f"{p['params'] / 1e6 - ref:+.1f}M"])
-  return markdown.table(["row", "params (exact, vocab 37000)", "paper ×10^6", "difference"], rows)
-
-
-def summarize(sweep, results: dict, planned: dict[str, list[int]], references, states=None,
-              paper_params=None) -> list[dict]:
-  """One dict per row of the sweep: the paper's values, ours over seeds, verdicts, cost."""
-  states, paper_params = states or {}, paper_params or {}
-  ids = sweeps.row_ids(sweep)
-  base_paper = sweep.rows["base"].paper if "base" in sweep.rows else None
-  unchanged = set(paper_unchanged(sweep)) if base_paper is not None else set()
-  out = []
-  for r in ids:
-    runs = results.get(r, {})
-    seeds = sorted(runs)
-    paper = sweep.rows[r].paper
-    row = {"row": r, "label": sweep.rows[r].label, "group": sweep.rows[r].group,
-           "paper_ppl": paper.ppl if paper else None, "paper_bleu": paper.bleu if paper else None,
-           "paper_params_m": paper.params_m if paper else None,
-           "paper_scale_params": paper_params.get(r), "paper_unchanged": r in unchanged,
-           "planned_seeds": planned.get(r, []), "seeds": seeds,
-           "complete": bool(seeds) and set(planned.get(r, [])) <= set(seeds),
-           "ppl": spread([runs[s]["dev_ppl"] for s in seeds]),
-           "bleu": spread([runs[s]["bleu_tokenized"] for s in seeds]),
-           "sacrebleu": spread([runs[s]["bleu"] for s in seeds]),
-           "last_quarter": spread([runs[s]["last_quarter"]["relative_change"] for s in seeds
-                                   if runs[s].get("last_quarter")]),
-           "train_minutes": sum(runs[s]["train_minutes"] for s in seeds),
-           "eval_minutes": sum(runs[s]["eval_minutes"] for s in seeds),
-           "step_seconds": spread([runs[s]["step_seconds"] for s in seeds
-                                   if runs[s].get("step_seconds")])["mean"],
-           "params": runs[seeds[0]]["params"] if seeds else None,
-           "hparams": runs[seeds[0]]["hparams"] if seeds else {},
-           "problems": [f"seed {s}: {st['status']}: {st['error']}" for (rr, s), st in
-                        sorted(states.items()) if rr == r and s not in runs
-                        and st.get("status") != "done"]}
-    row["status"] = ("done" if row["complete"] else
-                     "failed" if any(": failed:" in p for p in row["problems"]) else
-                     "partial" if seeds else "pending")
-    out.append(row)
-  base = next((x for x in out if x["row"] == "base"), None)
-  base_curve = _mean_curve(results.get("base", {}))
-  for row in out:
-    compared = base is not None and row is not base
-    row["gap_to_base"] = _gap(_mean_curve(results.get(row["row"], {})), base_curve) if compared else None
-    for key, clear, metric in (("ppl", PPL_CLEAR, "dev_ppl"), ("bleu", BLEU_CLEAR, "bleu_tokenized")):
-      expected = expectation(row[f"paper_{key}"], base[f"paper_{key}"], clear) if compared else None
-      v = verdict(expected, [results[row["row"]][s][metric] for s in row["seeds"]],
-                  [results["base"][s][metric] for s in base["seeds"]]) if compared else {}
-      judged = compared and row["complete"] and base["complete"]
-      row.update({f"{key}_expected": expected, f"{key}_delta": v.get("delta"),
-                  f"{key}_noise": v.get("noise"),
-                  f"{key}_verdict": v["verdict"] if judged else ("pending" if expected else "")})
-    row["p_value"] = (p_value(results["base"][base["seeds"][0]],
-                              results[row["row"]][row["seeds"][0]], references)
-                      if compared and row["seeds"] and base["seeds"] else None)
-  return out
-
-
-def _mean_curve(runs: dict) -> dict[int, float]:
-  """Dev perplexity by step, mean over the seeds (steps every seed evaluated)."""
-  curves = [dict((int(step), ppl) for step, ppl in res.get("dev_ppl_curve") or []) for res in runs.values()]
-  steps = set.intersection(*(set(c) for c in curves)) if curves else set()
-  return {s: statistics.fmean(c[s] for c in curves) for s in sorted(steps)}
-
-
-def _gap(row_curve: dict[int, float], base_curve: dict[int, float]) -> dict | None:
-  """The row's mean dev PPL relative to base's (row / base - 1) at the evaluation nearest half
-  of training and at the last one both have."""
-  steps = sorted(set(row_curve) & set(base_curve))
-  if len(steps) < 2:
-    return None
-  half = min(steps, key=lambda s: abs(s - steps[-1] / 2))
-  rel = {s: row_curve[s] / base_curve[s] - 1 for s in (half, steps[-1])}
-  return {"half_step": half, "half": rel[half], "end_step": steps[-1], "end": rel[steps[-1]]}
 
 
 def _gap_text(gap: dict | None) -> str:
@@ -210,6 +37,15 @@ def _gap_text(gap: dict | None) -> str:
 
 
 # ----------------------------------------------------------------------------- the report
+
+def params_markdown(sweep) -> str:
+  rows = []
+  for p in verdicts.paper_params_table(sweep):
+    ref = p["paper_params_m"]
+    rows.append([p["label"], f"{p['params']:,} ({p['params'] / 1e6:.1f}M)", ref,
+                 None if ref is None else f"{p['params'] / 1e6 - ref:+.1f}M"])
+  return markdown.table(["row", "params (exact, vocab 37000)", "paper ×10^6", "difference"], rows)
+
 
 HEADERS = {"N": "N", "d_model": "d_model", "d_ff": "d_ff", "h": "h", "d_k": "d_k", "d_v": "d_v",
            "P_drop": "P_drop", "eps_ls": "ε_ls", "train_steps": "steps"}
@@ -248,7 +84,8 @@ def _hparam(col, value) -> str:
 def summary_lines(rows: list[dict]) -> list[str]:
   """The verdict counts for PPL and BLEU, the rows the paper calls unchanged, base's spread."""
   lines = []
-  for key, name, clear in (("ppl", "PPL", PPL_CLEAR), ("bleu", "BLEU", BLEU_CLEAR)):
+  for key, name, clear in (("ppl", "PPL", verdicts.PPL_CLEAR),
+                           ("bleu", "BLEU", verdicts.BLEU_CLEAR)):
     clear_ = [r for r in rows if r[f"{key}_expected"] in ("+", "-")]
     count = lambda mark, rs: sum(r[f"{key}_verdict"] == mark for r in rs)  # noqa: E731
     lines.append(
@@ -322,9 +159,9 @@ def report_markdown(sweep, scale_name: str, rows: list[dict], results: dict, rea
             "tokenized BLEU of beam search (the paper's), no checkpoint averaging. Ours: mean over "
             "seeds (min–max, n). Δ vs base: the paper's / ours (noise = the larger of the row's "
             "and base's ranges over seeds). Verdict: ✓ beyond the noise in the paper's direction "
-            f"(clear when the paper's |ΔPPL| ≥ {PPL_CLEAR:g}, |ΔBLEU| ≥ {BLEU_CLEAR:g}), ✗ beyond "
-            "it the other way or where the paper shows no change, = within it (= ✓ where the "
-            "paper shows no change). p: paired bootstrap of the row's sacreBLEU against base's "
+            f"(clear when the paper's |ΔPPL| ≥ {verdicts.PPL_CLEAR:g}, |ΔBLEU| ≥ "
+            f"{verdicts.BLEU_CLEAR:g}), ✗ beyond it the other way or where the paper shows no "
+            "change, = within it (= ✓ where the paper shows no change). p: paired bootstrap of the row's sacreBLEU against base's "
             "(sacreBLEU, 1000 resamples, seed 0 of each). Params at paper scale: the exact count "
             "of the row at the paper's widths and a 37000-piece vocabulary.", ""]
   lines.append(markdown.table(
@@ -393,8 +230,8 @@ def write_report(sweep, scale_name: str, results_dir: str, planned: dict[str, li
   returns the paths written. `changes`: the command line's --config overrides of the scale."""
   results = results_files.load_results(results_dir)
   refs = (results_files.read_json(os.path.join(results_dir, "references.json")) or {}).get("references")
-  params = _paper_params(sweep.spec) if "paper" in sweep.scales else {}
-  rows = summarize(sweep, results, planned, refs, results_files.load_states(out), params)
+  params = verdicts.paper_params(sweep.spec) if "paper" in sweep.scales else {}
+  rows = verdicts.summarize(sweep, results, planned, refs, results_files.load_states(out), params)
   stem = results_dir.rstrip("/")
   reading_path = stem + "_reading.md"
   reading = open(reading_path, encoding="utf-8").read() if os.path.exists(reading_path) else ""

@@ -6,7 +6,8 @@
       --dry_run --launcher=slurm            # the per-run sbatch commands, nothing run
 
 Results: one file per (row, seed) in experiments/results/table3_<scale>/, the report beside it
-(experiments/report.py: the paper's direction for each row is read off the `paper` values here).
+(experiments/report.py; experiments/verdicts.py reads the paper's direction for each row off the
+`paper` values here).
 
 Scale `cpu` (the protocol: sweeps.CPU) is 41 runs of 3000 steps at widths x1/8 on Multi30k,
 pre-LN. What to expect on a 2-core CPU: base reaches dev perplexity ~8.8 (sacreBLEU ~35 on 500

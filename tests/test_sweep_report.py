@@ -1,10 +1,11 @@
-"""A sweep's verdicts and report (experiments/report.py), on synthetic and faked results."""
+"""A sweep's verdicts (experiments/verdicts.py) and report (experiments/report.py), on synthetic
+and faked results."""
 
 import json
 
 import pytest
 
-from experiments import report, sweeps
+from experiments import report, sweeps, verdicts
 from tests.common import table_row
 from tests.sweep_fakes import TABLE3, FakeCLI, run_fake, sweep_cli
 
@@ -18,44 +19,44 @@ def table3():
 
 def test_verdicts_on_synthetic_results():
   base = [10.0, 10.1, 10.2]                                      # range 0.2
-  assert report.verdict("+", [10.5, 10.7], base) == pytest.approx({"delta": 0.5, "noise": 0.2, "verdict": "✓"})
-  assert report.verdict("-", [10.5, 10.7], base)["verdict"] == "✗"   # beyond the noise, other way
-  assert report.verdict("+", [10.15, 10.25], base)["verdict"] == "="  # +0.1 within 0.2
-  assert report.verdict("-", [9.0, 10.0], base)["verdict"] == "="     # -0.6, but the row's range is 1.0
-  assert report.verdict("=", [10.5, 10.6], base)["verdict"] == "✗"    # the paper's unchanged row moved
-  assert report.verdict("=", [10.1, 10.2], base)["verdict"] == "= ✓"
-  assert report.verdict(None, [10.5, 10.7], base)["verdict"] == ""
-  assert report.verdict("+", [], base) == {"delta": None, "noise": None, "verdict": ""}
+  assert verdicts.verdict("+", [10.5, 10.7], base) == pytest.approx({"delta": 0.5, "noise": 0.2, "verdict": "✓"})
+  assert verdicts.verdict("-", [10.5, 10.7], base)["verdict"] == "✗"   # beyond the noise, other way
+  assert verdicts.verdict("+", [10.15, 10.25], base)["verdict"] == "="  # +0.1 within 0.2
+  assert verdicts.verdict("-", [9.0, 10.0], base)["verdict"] == "="     # -0.6, but the row's range is 1.0
+  assert verdicts.verdict("=", [10.5, 10.6], base)["verdict"] == "✗"    # the paper's unchanged row moved
+  assert verdicts.verdict("=", [10.1, 10.2], base)["verdict"] == "= ✓"
+  assert verdicts.verdict(None, [10.5, 10.7], base)["verdict"] == ""
+  assert verdicts.verdict("+", [], base) == {"delta": None, "noise": None, "verdict": ""}
   bleu_base = [20.0, 20.5, 19.8]
-  assert report.verdict("-", [18.0, 18.4], bleu_base)["verdict"] == "✓"  # BLEU down, as the paper's
-  assert report.verdict("+", [18.0, 18.4], bleu_base)["verdict"] == "✗"
-  assert report.verdict("+", [10.3], [10.0])["verdict"] == "✓"            # one seed each: no spread
-  assert report.expectation(5.12, 4.92, report.PPL_CLEAR) == "+"          # 0.2 at printed precision
-  assert report.expectation(4.75, 4.92, report.PPL_CLEAR) == "="
-  assert report.expectation(25.5, 25.8, report.BLEU_CLEAR) == "-"
-  assert report.expectation(None, 4.92, report.PPL_CLEAR) is None
+  assert verdicts.verdict("-", [18.0, 18.4], bleu_base)["verdict"] == "✓"  # BLEU down, as the paper's
+  assert verdicts.verdict("+", [18.0, 18.4], bleu_base)["verdict"] == "✗"
+  assert verdicts.verdict("+", [10.3], [10.0])["verdict"] == "✓"            # one seed each: no spread
+  assert verdicts.expectation(5.12, 4.92, verdicts.PPL_CLEAR) == "+"          # 0.2 at printed precision
+  assert verdicts.expectation(4.75, 4.92, verdicts.PPL_CLEAR) == "="
+  assert verdicts.expectation(25.5, 25.8, verdicts.BLEU_CLEAR) == "-"
+  assert verdicts.expectation(None, 4.92, verdicts.PPL_CLEAR) is None
 
 
 def test_gap_to_base_over_training():
   """A row's dev PPL relative to base's, halfway (the evaluation nearest half of the last step) and
   at the end, from the mean curves over seeds; 'closing' when the gap shrank by over 1 point."""
   runs = lambda *curves: {s: {"dev_ppl_curve": c} for s, c in enumerate(curves)}  # noqa: E731
-  base = report._mean_curve(runs([[100, 40.0], [200, 21.0], [300, 15.0], [400, 11.0]],
+  base = verdicts.mean_curve(runs([[100, 40.0], [200, 21.0], [300, 15.0], [400, 11.0]],
                                  [[100, 44.0], [200, 19.0], [300, 17.0], [400, 13.0]]))
   assert base == {100: 42.0, 200: 20.0, 300: 16.0, 400: 12.0}
-  shallow = report._mean_curve(runs([[100, 30.0], [200, 10.0], [300, 8.0], [400, 9.0]]))
-  gap = report._gap(shallow, base)
+  shallow = verdicts.mean_curve(runs([[100, 30.0], [200, 10.0], [300, 8.0], [400, 9.0]]))
+  gap = verdicts.gap(shallow, base)
   assert gap == pytest.approx({"half_step": 200, "half": -0.5, "end_step": 400, "end": -0.25})
   assert report._gap_text(gap) == "-50% @200 → -25% @400 (closing)"
-  assert report._gap_text(report._gap({200: 30.0, 400: 6.0}, base)) == "+50% @200 → -50% @400 (steady)"
-  assert report._gap_text(report._gap({200: 21.0, 400: 18.0}, base)) == "+5% @200 → +50% @400 (widening)"
-  assert report._gap({400: 9.0}, base) is None and report._gap_text(None) == ""
+  assert report._gap_text(verdicts.gap({200: 30.0, 400: 6.0}, base)) == "+50% @200 → -50% @400 (steady)"
+  assert report._gap_text(verdicts.gap({200: 21.0, 400: 18.0}, base)) == "+5% @200 → +50% @400 (widening)"
+  assert verdicts.gap({400: 9.0}, base) is None and report._gap_text(None) == ""
 
 
 def test_clear_and_unchanged_rows_of_table3(table3):
-  assert report.clear_rows(table3) == ["A_h1", "B_dk16", "C_N2", "C_N4", "C_dmodel256",
+  assert verdicts.clear_rows(table3) == ["A_h1", "B_dk16", "C_N2", "C_N4", "C_dmodel256",
                                        "C_dmodel1024", "C_dff1024", "D_pdrop0", "D_ls0", "D_ls02", "big"]
-  assert report.paper_unchanged(table3) == ["A_h16", "E_learned_pe"]
+  assert verdicts.paper_unchanged(table3) == ["A_h16", "E_learned_pe"]
 
 
 # --- the report -------------------------------------------------------------------------------

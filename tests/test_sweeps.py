@@ -12,7 +12,7 @@ import pytest
 from absl import flags
 from ml_collections import config_flags
 
-from experiments import report, row_runs, sweeps
+from experiments import row_runs, sweeps, verdicts
 from tests.common import REPO
 from tests.sweep_fakes import TABLE3, one_line_error, sweep_cli
 from transformer_jax.config import ConfigError
@@ -107,7 +107,7 @@ def test_paper_scale_keeps_the_papers_steps_and_config(table3):
 
 
 def test_paper_scale_parameter_counts_match_the_paper(table3):
-  table = {p["row"]: p for p in report.paper_params_table(table3)}
+  table = {p["row"]: p for p in verdicts.paper_params_table(table3)}
   assert table["base"]["params"] == 63_045_632 and table["big"]["params"] == 214_171_648
   for row_id, p in table.items():
     reported = PAPER[row_id][-1] if PAPER[row_id][-1] is not None else PAPER["base"][-1]
