@@ -20,6 +20,10 @@ averaged, read from `--mode=eval --split=validation --average=A` reports in the 
 
   python -m experiments.multi30k_recipe --pilot=batch --print_commands --runs=runs/pair  # run together
   python -m experiments.multi30k_recipe --pilot=batch --runs=runs/pair   # -> results/multi30k_batch.*
+
+`--pilot=vocab` is the same for 12000 shared vocabulary pieces against the documented 8000; the
+per-token perplexities of two vocabularies do not compare, so it compares the dev split's total
+negative log-likelihood in nats (and dev sacreBLEU).
 """
 
 from __future__ import annotations
@@ -55,6 +59,10 @@ BATCH_RECIPES = {
     "b1024": ("half the batch: 1024 tokens, twice the updates a minute",
               {"data.tokens_per_batch": 1024}),
 }
+VOCAB_RECIPES = {
+    "v8000": ("the documented recipe (8000 shared pieces)", {"model.vocab_size": 8000}),
+    "v12000": ("12000 shared pieces", {"model.vocab_size": 12000}),
+}
 ONE_CORE = f"XLA_FLAGS={local_runner.ONE_CORE_XLA_FLAGS}"  # as the sweep's --parallel runs
 AVERAGES = (1, 3, 5, 10)  # checkpoints averaged, as the hour's report_run --average_choices
 
@@ -71,6 +79,9 @@ class Pilot:
   common: dict              # overrides of every recipe
   how: str                  # how the runs shared the machine
   cores: dict = dataclasses.field(default_factory=dict)  # name -> its core, for runs together
+  # The recipes' vocabularies differ, so per-token perplexities do not compare: the summary
+  # compares the dev split's total negative log-likelihood in nats (per-token NLL x pieces).
+  nats: bool = False
 
 
 PILOTS = {
@@ -82,6 +93,11 @@ PILOTS = {
                    60, (15, 30, 45), 2000, BATCH_RECIPES, {},
                    "at the same time, each pinned to its own core (`taskset`, one-core XLA "
                    "flags), nothing else running; dev perplexity every 500 steps", cores={"b2048": 0, "b1024": 1}),
+    "vocab": Pilot("Multi30k: 12000 against 8000 vocabulary pieces over the hour", "multi30k_vocab",
+                   60, (15, 30, 45), 2000, VOCAB_RECIPES, {},
+                   "at the same time, each pinned to its own core (`taskset`, one-core XLA "
+                   "flags), nothing else running; dev perplexity every 500 steps",
+                   cores={"v8000": 0, "v12000": 1}, nats=True),
 }
 
 
@@ -114,10 +130,21 @@ def dev_at(dev_rows: list[dict], minutes: float) -> dict | None:
   return before[-1] if before else None
 
 
-def _at_cell(r: dict, minutes: float) -> str:
-  """'7.64 (12.3 min)': the dev perplexity at a mark and when that evaluation ran."""
-  ppl, when = r["dev_ppl_at"][str(minutes)], r["dev_ppl_at_minute"][str(minutes)]
-  return "" if ppl is None else f"{ppl:.2f} ({when:.1f} min)"
+def _dev_point(row: dict) -> dict:
+  """One dev evaluation: when, at which step, per-token perplexity and the split's total NLL."""
+  nats = row["nll"] * row["tokens"] if "nll" in row and "tokens" in row else None
+  return {"minutes": row["minutes"], "step": row["step"], "perplexity": row["perplexity"],
+          "nats": nats}
+
+
+def _measure(point: dict | None, spec: Pilot) -> float | None:
+  return None if point is None else point["nats" if spec.nats else "perplexity"]
+
+
+def _at_cell(point: dict | None, spec: Pilot) -> str:
+  """'7.64 (12.3 min)': the dev measure at a mark and when that evaluation ran."""
+  value = _measure(point, spec)
+  return "" if value is None else f"{value:.{0 if spec.nats else 2}f} ({point['minutes']:.1f} min)"
 
 
 def summarize(runs: str, pilot: str = "recipe") -> dict:
@@ -129,16 +156,15 @@ def summarize(runs: str, pilot: str = "recipe") -> dict:
     saved = os.path.join(workdir, "config.json")  # written by the run; its logging cadence
     log_every = json.load(open(saved))["train"]["log_every_steps"] if os.path.isfile(saved) else 50
     train, dev = report_run.read_metrics(workdir, log_every_steps=log_every)
-    marks = {m: dev_at(dev, m) for m in spec.marks}
+    points = [_dev_point(r) for r in dev]
+    at = {str(m): dev_at(points, m) for m in spec.marks}
     out[name] = {"changes": spec.recipes[name][0], "command": command(name, runs, pilot),
                  "steps": train[-1]["step"], "minutes": train[-1]["minutes"],
                  "s_per_step": results_files.median_window(train),
-                 "dev_ppl_at": {str(m): at and at["perplexity"] for m, at in marks.items()},
-                 "dev_ppl_at_minute": {str(m): at and at["minutes"] for m, at in marks.items()},
-                 "dev_ppl_end": dev[-1]["perplexity"] if dev else None,
-                 "dev_ppl_at_step": next((r["perplexity"] for r in dev if r["step"] == spec.step_mark), None),
+                 "dev_at": at, "dev_end": points[-1] if points else None,
+                 "dev_at_step": next((p for p in points if p["step"] == spec.step_mark), None),
                  "dev_bleu_by_average": dev_bleu_by_average(workdir, train[-1]["step"]),
-                 "dev_curve": [[r["minutes"], r["perplexity"], r["step"]] for r in dev]}
+                 "dev_curve": points}
   return out
 
 
@@ -148,22 +174,26 @@ def write(runs: str, out_dir: str, pilot: str = "recipe") -> list[str]:
   with open(stem + ".json", "w") as f:
     json.dump(data, f, indent=1)
   averages = [a for a in AVERAGES if any(str(a) in r["dev_bleu_by_average"] for r in data.values())]
-  rows = [[name, r["changes"], r["steps"], r["s_per_step"]] + [_at_cell(r, m) for m in spec.marks]
-          + [r["dev_ppl_end"], r["dev_ppl_at_step"]]
+  rows = [[name, r["changes"], r["steps"], r["s_per_step"]]
+          + [_at_cell(r["dev_at"][str(m)], spec) for m in spec.marks]
+          + [_measure(r["dev_end"], spec), _measure(r["dev_at_step"], spec)]
           + [r["dev_bleu_by_average"].get(str(a)) for a in averages] for name, r in data.items()]
-  plots.dev_ppl_curves({name: [[[m, p] for m, p, _ in r["dev_curve"]]] for name, r in data.items()},
-                       stem + ".png", f"{spec.title}: dev perplexity vs training minutes",
-                       xlabel="training wall time (minutes)")
+  measure = "dev NLL of the split (nats)" if spec.nats else "dev PPL"
+  plots.dev_ppl_curves({name: [[[p["minutes"], _measure(p, spec)] for p in r["dev_curve"]]]
+                        for name, r in data.items()},
+                       stem + ".png", f"{spec.title}: {measure} vs training minutes",
+                       xlabel="training wall time (minutes)", ylabel=f"{measure} (log scale)")
   commands = "\n".join(r["command"] for r in data.values())
   minutes = f"{spec.minutes:g}"
   text = (f"# {spec.title}\n\nGenerated by `python -m experiments.multi30k_recipe"
           + ("" if pilot == "recipe" else f" --pilot={pilot}") + f" --runs={runs}` from the runs "
-          f"below ({minutes} minutes of training each, {spec.how}; dev perplexity on the whole dev "
-          "split, teacher forced" + ("; dev sacreBLEU on all of it, beam 4" if averages else "")
+          f"below ({minutes} minutes of training each, {spec.how}; "
+          + ("dev NLL (per-token NLL x pieces: the vocabularies differ)" if spec.nats else
+             "dev perplexity") + " on the whole dev split, teacher forced" + ("; dev sacreBLEU on all of it, beam 4" if averages else "")
           + "; the test split is not read). What they mean and the recipe chosen: `time_to_quality.md`.\n\n"
           + markdown.table(["recipe", "change", "steps", "s/step (median)"]
-                           + [f"dev PPL @{m:g} min (its evaluation's time)" for m in spec.marks]
-                           + [f"dev PPL at the end ({minutes} min)", f"dev PPL @step {spec.step_mark}"]
+                           + [f"{measure} @{m:g} min (its evaluation's time)" for m in spec.marks]
+                           + [f"{measure} at the end ({minutes} min)", f"{measure} @step {spec.step_mark}"]
                            + [f"dev sacreBLEU, avg {a}" if a > 1 else "dev sacreBLEU, last" for a in averages],
                            rows, digits=2)
           + f"\n![dev perplexity vs minutes]({spec.stem}.png)\n\nCommands"

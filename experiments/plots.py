@@ -272,10 +272,11 @@ def sweep_vs_paper(rows: list[dict], path: str, title: str) -> bool:
 
 
 def dev_ppl_curves(curves: dict[str, list[list[list[float]]]], path: str, title: str,
-                   xlabel: str = "training step") -> bool:
-  """Every row's dev perplexity against the training step (or another x: `xlabel`), the mean over
-  its seeds at the x values all of them evaluated (`curves`: label -> one [[x, ppl], ...] per
-  seed), log scale; False (nothing written) when no row has a curve."""
+                   xlabel: str = "training step",
+                   ylabel: str = "dev perplexity (mean over seeds, log)") -> bool:
+  """Every row's dev perplexity (or another y: `ylabel`) against the training step (or another x:
+  `xlabel`), the mean over its seeds at the x values all of them evaluated (`curves`: label ->
+  one [[x, y], ...] per seed), log scale; False (nothing written) when no row has a curve."""
   means = {}
   for label, per_seed in curves.items():
     per_seed = [dict((float(s), p) for s, p in c) for c in per_seed if c]
@@ -291,8 +292,7 @@ def dev_ppl_curves(curves: dict[str, list[list[list[float]]]], path: str, title:
   for i, (label, (steps, ppl, n)) in enumerate(means.items()):
     ax.plot(steps, ppl, "o-" if len(steps) < 30 else "-", ms=3, lw=2.2 if label == "base" else 1.2,
             color="black" if label == "base" else cmap(i % 20), label=f"{label} (n={n})")
-  ax.set(yscale="log", xlabel=xlabel, ylabel="dev perplexity (mean over seeds, log)",
-         title=title)
+  ax.set(yscale="log", xlabel=xlabel, ylabel=ylabel, title=title)
   ax.grid(alpha=0.3, which="both")
   ax.legend(fontsize=7, ncol=2, loc="upper right")
   fig.tight_layout()

@@ -45,29 +45,52 @@ def test_summary_compares_at_equal_minutes(tmp_path):
   data = multi30k_recipe.summarize(str(tmp_path))
   assert set(data) == {"P0", "P1"}  # recipes without a run are left out
   # P0 (2 s/step) has evaluated step 100 by minute 4 (200 s after start + 1 s); P1 step 200.
-  assert data["P0"]["dev_ppl_at"]["4"] == 10.0 and data["P1"]["dev_ppl_at"]["4"] == 5.0
-  assert data["P1"]["dev_ppl_end"] == 2.5 and data["P0"]["steps"] == 400
-  assert data["P0"]["dev_ppl_at_step"] == data["P1"]["dev_ppl_at_step"] == 2.5
+  assert data["P0"]["dev_at"]["4"]["perplexity"] == 10.0
+  assert data["P1"]["dev_at"]["4"]["perplexity"] == 5.0
+  assert data["P1"]["dev_end"]["perplexity"] == 2.5 and data["P0"]["steps"] == 400
+  assert data["P0"]["dev_at_step"]["perplexity"] == data["P1"]["dev_at_step"]["perplexity"] == 2.5
   assert data["P0"]["s_per_step"] == 2.0
   files = multi30k_recipe.write(str(tmp_path), str(tmp_path))
   text = open(files[0]).read()
   assert "| P1 | half the batch" in text and "P2" not in text.split("Commands:")[0]
 
 
-def test_the_batch_pilot_runs_together_on_separate_cores_and_reads_dev_bleu_per_average(tmp_path):
-  pilot = multi30k_recipe.PILOTS["batch"]
+@pytest.mark.parametrize("name", ["batch", "vocab"])
+def test_the_hour_pilots_run_together_on_separate_cores(name):
+  pilot = multi30k_recipe.PILOTS[name]
   cores = []
-  for name, (_, changes) in pilot.recipes.items():
-    argv = shlex.split(multi30k_recipe.command(name, "runs/pair", "batch"))
+  for recipe, (_, changes) in pilot.recipes.items():
+    argv = shlex.split(multi30k_recipe.command(recipe, "runs/pair", name))
     assert argv[0] == multi30k_recipe.ONE_CORE and argv[1:3] == ["taskset", "-c"]
     cores.append(argv[3])
     given, _ = overrides.split_override_args(argv[4:])
     c = overrides.apply_overrides(overrides.load_config_file("configs/multi30k.py"),
                                   overrides.parse_overrides(given))
     config_lib.validate(c)
-    assert c.data.tokens_per_batch == changes["data.tokens_per_batch"]
+    for key, value in changes.items():
+      section, field = key.split(".")
+      assert c[section][field] == value
     assert c.train.max_train_minutes == pilot.minutes
-  assert len(set(cores)) == len(cores)  # each on its own core
+  assert len(set(cores)) == len(cores) == 2  # each on its own core
+
+
+def test_the_vocab_pilot_compares_the_dev_split_in_nats(tmp_path):
+  """Per-token perplexities of two vocabularies do not compare: the table shows nll x pieces."""
+  for name, nll, tokens in (("v8000", 1.70, 16541), ("v12000", 1.80, 15000)):
+    (tmp_path / name).mkdir()
+    _metrics(tmp_path / name,
+             [{"step": s, "split": "train", "time": 1000.0 + s, "step_time": 1.0, "perplexity": 9.0}
+              for s in range(50, 2001, 50)]
+             + [{"step": 2000, "split": "dev", "time": 3001.0, "nll": nll, "tokens": tokens,
+                 "perplexity": 2.718281828 ** nll}])
+  data = multi30k_recipe.summarize(str(tmp_path), "vocab")
+  assert data["v8000"]["dev_end"]["nats"] == pytest.approx(1.70 * 16541)
+  text = open(multi30k_recipe.write(str(tmp_path), str(tmp_path), "vocab")[0]).read()
+  assert "dev NLL of the split (nats) at the end" in text and "dev PPL" not in text
+  assert "28119.70" in text and "27000.00" in text  # 1.70 x 16541, 1.80 x 15000
+
+
+def test_the_batch_pilot_reads_dev_bleu_per_average(tmp_path):
   run = tmp_path / "b1024"
   run.mkdir()
   _metrics(run, [{"step": s, "split": "train", "time": 1000.0 + s, "step_time": 1.0, "perplexity": 9.0}
