@@ -96,7 +96,7 @@ PILOTS = {
     "vocab": Pilot("Multi30k: 12000 against 8000 vocabulary pieces over the hour", "multi30k_vocab",
                    60, (15, 30, 45), 2000, VOCAB_RECIPES, {},
                    "at the same time, each pinned to its own core (`taskset`, one-core XLA "
-                   "flags), nothing else running; dev perplexity every 500 steps",
+                   "flags), nothing else running; dev evaluation every 500 steps",
                    cores={"v8000": 0, "v12000": 1}, nats=True),
 }
 
@@ -138,7 +138,10 @@ def _dev_point(row: dict) -> dict:
 
 
 def _measure(point: dict | None, spec: Pilot) -> float | None:
-  return None if point is None else point["nats" if spec.nats else "perplexity"]
+  """The compared dev number: perplexity, or the split's NLL in whole nats."""
+  if point is None or point["nats" if spec.nats else "perplexity"] is None:
+    return None
+  return round(point["nats"]) if spec.nats else point["perplexity"]
 
 
 def _at_cell(point: dict | None, spec: Pilot) -> str:
