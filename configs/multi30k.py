@@ -20,7 +20,8 @@ How and why it differs from the paper's base model:
   Multi30k has 1/150th of WMT14's data and this machine does ~1/1000th of 8 P100s' FLOP/s;
   a base-size model would get through ~2 epochs in an hour and overfit the small corpus.
 - vocabulary: 8000 shared BPE pieces (paper: 37000 for 4.5M pairs); the corpus has ~10k
-  distinct words per language.
+  distinct words per language. 4000 and 12000 were each trained for the hour and scored on dev:
+  neither beats 8000 (experiments/results/time_to_quality.md).
 - batches: ~2048 source + ~2048 target tokens (paper: 25000 each): more updates per hour. Chosen
   on the dev split by the recipe pilot (experiments/results/multi30k_recipe.md, 12 minutes
   each): 2048 tokens reached dev perplexity 14.5 where 4096 reached 17.3; twice the learning
