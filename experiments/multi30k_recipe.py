@@ -192,7 +192,8 @@ def write(runs: str, out_dir: str, pilot: str = "recipe") -> list[str]:
           + ("" if pilot == "recipe" else f" --pilot={pilot}") + f" --runs={runs}` from the runs "
           f"below ({minutes} minutes of training each, {spec.how}; "
           + ("dev NLL (per-token NLL x pieces: the vocabularies differ)" if spec.nats else
-             "dev perplexity") + " on the whole dev split, teacher forced" + ("; dev sacreBLEU on all of it, beam 4" if averages else "")
+             "dev perplexity") + " on the whole dev split, teacher forced"
+          + ("; dev sacreBLEU on all of it, beam 4" if averages else "")
           + "; the test split is not read). What they mean and the recipe chosen: `time_to_quality.md`.\n\n"
           + markdown.table(["recipe", "change", "steps", "s/step (median)"]
                            + [f"{measure} @{m:g} min (its evaluation's time)" for m in spec.marks]
