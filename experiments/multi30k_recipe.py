@@ -64,6 +64,8 @@ VOCAB_RECIPES = {
     "v12000": ("12000 shared pieces", {"model.vocab_size": 12000}),
 }
 ONE_CORE = f"XLA_FLAGS={local_runner.ONE_CORE_XLA_FLAGS}"  # as the sweep's --parallel runs
+TOGETHER = ("at the same time, each pinned to its own core (`taskset`, one-core XLA flags), "
+            "nothing else running")  # how the hour pilots share the machine
 AVERAGES = (1, 3, 5, 10)  # checkpoints averaged, as the hour's report_run --average_choices
 
 
@@ -91,12 +93,10 @@ PILOTS = {
                     "perplexity every 100 steps"),
     "batch": Pilot("Multi30k: 1024- against 2048-token batches over the hour", "multi30k_batch",
                    60, (15, 30, 45), 2000, BATCH_RECIPES, {},
-                   "at the same time, each pinned to its own core (`taskset`, one-core XLA "
-                   "flags), nothing else running; dev perplexity every 500 steps", cores={"b2048": 0, "b1024": 1}),
+                   TOGETHER + "; dev perplexity every 500 steps", cores={"b2048": 0, "b1024": 1}),
     "vocab": Pilot("Multi30k: 12000 against 8000 vocabulary pieces over the hour", "multi30k_vocab",
                    60, (15, 30, 45), 2000, VOCAB_RECIPES, {},
-                   "at the same time, each pinned to its own core (`taskset`, one-core XLA "
-                   "flags), nothing else running; dev evaluation every 500 steps",
+                   TOGETHER + "; dev evaluation every 500 steps",
                    cores={"v8000": 0, "v12000": 1}, nats=True),
 }
 

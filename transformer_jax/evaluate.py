@@ -233,13 +233,15 @@ def _comparison_hypotheses(path: str, set_name: str, count: int) -> list[str]:
     if not found:
       raise ConfigError(f"--compare={path}: no evaluation of '{set_name}' in {folder}; run "
                         f"--mode=eval on that workdir first")
-    sized = {f: read_lines(os.path.join(folder, f)) for f in found}
-    same = [f for f in found if len(sized[f]) == count]
-    if not same:
-      seen = ", ".join(f"{f} ({len(sized[f])})" for f in found)
-      raise ConfigError(f"--compare={path}: no evaluation of '{set_name}' with {count} sentences "
-                        f"in {folder} (found: {seen}); compare systems on the same sentences")
-    return sized[same[0]]
+    seen = []
+    for f in found:  # newest first; read only until one fits
+      lines = read_lines(os.path.join(folder, f))
+      if len(lines) == count:
+        return lines
+      seen.append(f"{f} ({len(lines)})")
+    raise ConfigError(f"--compare={path}: no evaluation of '{set_name}' with {count} sentences "
+                      f"in {folder} (found: {', '.join(seen)}); compare systems on the same "
+                      "sentences")
   if path.endswith(".json"):
     path = path[:-len(".json")] + ".txt"
   lines = read_lines(path)

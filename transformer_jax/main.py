@@ -68,12 +68,12 @@ def main(argv):
     config = overrides_lib.load(_CONFIG.value, overrides)
   distributed.enable_compilation_cache()
   distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
-  if mode == "train":
+  if mode in ("train", "vocab"):
     from transformer_jax import train  # pylint: disable=g-import-not-at-top
-    train.train_and_evaluate(config, workdir)
-  elif mode == "vocab":
-    from transformer_jax import train  # pylint: disable=g-import-not-at-top
-    print(f"vocabulary in {train.prepare_vocabulary(config, workdir)}")
+    if mode == "train":
+      train.train_and_evaluate(config, workdir)
+    else:
+      print(f"vocabulary in {train.prepare_vocabulary(config, workdir)}")
   elif mode == "average":
     from transformer_jax import averaging  # pylint: disable=g-import-not-at-top
     out = averaging.average_workdir(workdir, _AVERAGE.value or 5, step=_STEP.value)
