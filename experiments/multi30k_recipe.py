@@ -23,7 +23,8 @@ averaged, read from `--mode=eval --split=validation --average=A` reports in the 
 
 `--pilot=vocab` is the same for 12000 shared vocabulary pieces against the documented 8000; the
 per-token perplexities of two vocabularies do not compare, so it compares the dev split's total
-negative log-likelihood in nats (and dev sacreBLEU).
+negative log-likelihood in nats (and dev sacreBLEU). `--pilot=bf16` is the same for bfloat16
+compute (`model.dtype`) against float32: cheaper steps on CPUs with bfloat16 matmul units.
 """
 
 from __future__ import annotations
@@ -63,6 +64,11 @@ VOCAB_RECIPES = {
     "v8000": ("the documented recipe (8000 shared pieces)", {"model.vocab_size": 8000}),
     "v12000": ("12000 shared pieces", {"model.vocab_size": 12000}),
 }
+DTYPE_RECIPES = {
+    "f32": ("the documented recipe (float32 compute)", {"model.dtype": "float32"}),
+    "bf16": ("bfloat16 compute (float32 parameters, accumulation, softmax, LayerNorm statistics "
+             "and loss)", {"model.dtype": "bfloat16"}),
+}
 ONE_CORE = f"XLA_FLAGS={local_runner.ONE_CORE_XLA_FLAGS}"  # as the sweep's --parallel runs
 TOGETHER = ("at the same time, each pinned to its own core (`taskset`, one-core XLA flags), "
             "nothing else running")  # how the hour pilots share the machine
@@ -98,6 +104,9 @@ PILOTS = {
                    60, (15, 30, 45), 2000, VOCAB_RECIPES, {},
                    TOGETHER + "; dev evaluation every 500 steps",
                    cores={"v8000": 0, "v12000": 1}, nats=True),
+    "bf16": Pilot("Multi30k: bfloat16 against float32 compute over the hour", "multi30k_bf16",
+                  60, (15, 30, 45), 2000, DTYPE_RECIPES, {},
+                  TOGETHER + "; dev perplexity every 500 steps", cores={"f32": 0, "bf16": 1}),
 }
 
 

@@ -55,7 +55,7 @@ def test_summary_compares_at_equal_minutes(tmp_path):
   assert "| P1 | half the batch" in text and "P2" not in text.split("Commands:")[0]
 
 
-@pytest.mark.parametrize("name", ["batch", "vocab"])
+@pytest.mark.parametrize("name", ["batch", "vocab", "bf16"])
 def test_the_hour_pilots_run_together_on_separate_cores(name):
   pilot = multi30k_recipe.PILOTS[name]
   cores = []

@@ -115,3 +115,54 @@ def test_presets(path, arg, impl, d_model, peak):
   assert c.data.batch_mode == ("bucket" if impl == "cudnn" else "pack")
   with pytest.raises(ValueError, match="base' or 'big"):
     module.get_config("huge")
+
+
+def _bf16_values(rng, shape):
+  """Random values that bfloat16 holds exactly (so float32 references see the same inputs)."""
+  return jnp.asarray(rng.standard_normal(shape), jnp.bfloat16)
+
+
+def _rel(a, b) -> float:
+  a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+  return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+@pytest.mark.parametrize("spec,shapes", [
+    ("rows", ((3, 7, 24), (24, 40))),                                   # rows_matmul
+    ("btnk,bsnk->bnts", ((2, 5, 3, 8), (2, 6, 3, 8))),                  # attention logits
+    ("bnts,bsnv->btnv", ((2, 3, 5, 6), (2, 6, 3, 4)))])                 # attention x values
+def test_bf16_products_and_their_written_out_gradients_match_float32(spec, shapes):
+  # matmul.py writes the bfloat16 gradients out (for the CPU's bfloat16 kernels): they must be
+  # the float32 gradients up to bfloat16 rounding of the cotangent and of the outputs.
+  from transformer_jax import matmul  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  a, b = (_bf16_values(rng, s) for s in shapes)
+  if spec == "rows":
+    fn = lambda x, y: matmul.rows_matmul(x, y, preferred_element_type=jnp.float32)  # noqa: E731
+    ref = lambda x, y: jnp.dot(x, y)  # noqa: E731
+  else:
+    fn = lambda x, y: matmul.einsum(spec, x, y)  # noqa: E731
+    ref = lambda x, y: jnp.einsum(spec, x, y)  # noqa: E731
+  out, vjp = jax.vjp(fn, a, b)
+  a32, b32 = a.astype(jnp.float32), b.astype(jnp.float32)
+  out32, vjp32 = jax.vjp(ref, a32, b32)
+  assert out.dtype == jnp.float32 and _rel(out, out32) < 1e-6  # float32 accumulation
+  g = jnp.asarray(rng.standard_normal(out.shape), jnp.float32)
+  grads, grads32 = vjp(g), vjp32(g)
+  for got, want, x in zip(grads, grads32, (a, b)):
+    assert got.dtype == jnp.bfloat16 and got.shape == x.shape
+    assert _rel(got, want) < 1e-2, _rel(got, want)  # bfloat16: 8 bits of mantissa
+
+
+def test_bf16_backward_multiplies_only_bfloat16_operands():
+  # Autodiff would multiply float32 cotangents by bfloat16 operands (a product XLA's CPU backend
+  # computes in float32, at a fraction of the bfloat16 kernels' speed): every product of the
+  # gradient, forward and backward, takes two bfloat16 operands.
+  cfg = ModelConfig.from_config(_tiny("bfloat16").model)
+  model = Transformer(cfg)
+  ids = jnp.asarray(_batch()["inputs"])
+  params = nn.meta.unbox(jax.eval_shape(model.init, jax.random.key(0), ids, ids)["params"])
+  grad = jax.grad(lambda p: model.apply({"params": p}, ids, ids).sum())
+  matmuls = {d: n for (p, d), n in _primitive_dtypes(jax.make_jaxpr(grad)(params)).items()
+             if p == "dot_general"}
+  assert matmuls and set(matmuls) == {("bfloat16", "bfloat16")}, matmuls

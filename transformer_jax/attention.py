@@ -22,9 +22,9 @@ import jax
 import jax.numpy as jnp
 from absl import logging
 
+from transformer_jax import matmul
 from transformer_jax.config import ConfigError, ModelConfig
 from transformer_jax.masks import Mask
-from transformer_jax.matmul import rows_matmul
 
 _NEG_INF = -1e30  # large and finite: exp() underflows to exactly 0 in float32
 
@@ -69,8 +69,7 @@ def dot_product_attention(q_BxTxNxK, k_BxSxNxK, v_BxSxNxV, mask: Mask | None = N
     return out, None
   _log_once("attention: einsum (written out, XLA fuses it)")
   q_BxTxNxK = q_BxTxNxK * jnp.asarray(d_k**-0.5, q_BxTxNxK.dtype)
-  logits_BxNxTxS = jnp.einsum("btnk,bsnk->bnts", q_BxTxNxK, k_BxSxNxK,
-                              preferred_element_type=jnp.float32)
+  logits_BxNxTxS = matmul.einsum("btnk,bsnk->bnts", q_BxTxNxK, k_BxSxNxK)  # float32
   if dense is not None:
     logits_BxNxTxS = jnp.where(dense, logits_BxNxTxS, _NEG_INF)
   weights_BxNxTxS = jax.nn.softmax(logits_BxNxTxS, axis=-1)
@@ -80,7 +79,8 @@ def dot_product_attention(q_BxTxNxK, k_BxSxNxK, v_BxSxNxV, mask: Mask | None = N
   if dropout_rate > 0.0 and not deterministic:
     keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, probs_BxNxTxS.shape)
     probs_BxNxTxS = jnp.where(keep, probs_BxNxTxS / (1.0 - dropout_rate), 0.0).astype(dtype)
-  out_BxTxNxV = jnp.einsum("bnts,bsnv->btnv", probs_BxNxTxS, v_BxSxNxV.astype(dtype))
+  out_BxTxNxV = matmul.einsum("bnts,bsnv->btnv", probs_BxNxTxS,
+                              v_BxSxNxV.astype(dtype)).astype(dtype)
   return out_BxTxNxV, weights_BxNxTxS
 
 
@@ -152,7 +152,7 @@ class MultiHeadAttention(nn.Module):
         (cfg.d_model, cfg.num_heads, size), jnp.float32)
     w_DxH = w_DxNxK.astype(cfg.dtype).reshape(cfg.d_model, cfg.num_heads * size)
     with jax.named_scope("projection"):
-      out_BxLxH = rows_matmul(x_BxLxD.astype(cfg.dtype), w_DxH)
+      out_BxLxH = matmul.rows_matmul(x_BxLxD.astype(cfg.dtype), w_DxH)
     return out_BxLxH.reshape(*x_BxLxD.shape[:2], cfg.num_heads, size)
 
   def _keys_values(self, x_kv_BxSxD):
@@ -191,7 +191,7 @@ class MultiHeadAttention(nn.Module):
     batch, length = out_BxTxNxV.shape[:2]
     out_BxTxH = out_BxTxNxV.reshape(batch, length, cfg.num_heads * cfg.d_v)
     with jax.named_scope("out_projection"):
-      out_BxTxD = rows_matmul(out_BxTxH, w_NxVxD.astype(cfg.dtype).reshape(-1, cfg.d_model))
+      out_BxTxD = matmul.rows_matmul(out_BxTxH, w_NxVxD.astype(cfg.dtype).reshape(-1, cfg.d_model))
     return nn.with_logical_constraint(out_BxTxD, ("batch", "length", "embed"))
 
   def _cached_cross_attention(self, x_kv_NxSxD, q_NxTxHxK, mask: Mask | None):

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 
 from transformer_jax.attention import MultiHeadAttention
 from transformer_jax.config import ModelConfig
+from transformer_jax.matmul import dense_dot_general
 
 
 def layer_norm(cfg: ModelConfig, name: str) -> nn.LayerNorm:
@@ -35,6 +36,7 @@ class FeedForward(nn.Module):
     # Dense over B*L rows: 2-D matmuls, whose weight gradients need no transposed copy (matmul.py).
     h_RxF = nn.Dense(
         cfg.d_ff, dtype=cfg.dtype, param_dtype=jnp.float32, name="wi",
+        dot_general=dense_dot_general,
         kernel_init=nn.with_logical_partitioning(init, ("embed", "mlp")),
         bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("mlp",)))(
             x_BxLxD.reshape(batch * length, -1))
@@ -43,6 +45,7 @@ class FeedForward(nn.Module):
     h_BxLxF = nn.Dropout(cfg.relu_dropout_rate)(h_BxLxF, deterministic=deterministic)
     out_RxD = nn.Dense(
         cfg.d_model, dtype=cfg.dtype, param_dtype=jnp.float32, name="wo",
+        dot_general=dense_dot_general,
         kernel_init=nn.with_logical_partitioning(init, ("mlp", "embed")),
         bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)))(
             h_BxLxF.reshape(batch * length, cfg.d_ff))

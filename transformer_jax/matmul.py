@@ -7,16 +7,120 @@ a transposed copy of the output gradient, one [F, B*L] copy per weight per step 
 for the base model at 8x128 on the CPU). Flattening [B, L] to B*L rows first (a free reshape of a
 row-major array) makes every product, forward and backward, a plain 2-D matmul whose gradient
 needs no copy. The contraction is the same, so the maths is unchanged.
+
+bfloat16 compute (`model.dtype='bfloat16'`): the products take bfloat16 operands, accumulate in
+float32 and return the compute dtype (float32 where asked: the logits, the attention logits).
+Their gradients are written out (`_bf16_matmul`, `_bf16_einsum`) so that every product of the
+backward pass is one that XLA's CPU backend hands to its bfloat16 kernels (YNNPACK, on AMX or
+AVX512-BF16 units). Those take [M, K] x [K, N] operands laid out row-major and bfloat16 on both
+sides; autodiff would instead multiply a float32 cotangent by a bfloat16 operand, and contract
+the weight gradient x^T g over x's leading dimension, and XLA silently computes both in float32
+(or, for some batched forms, fails at run time). Here the cotangent is rounded to bfloat16 and
+the transposed operand is copied to row-major first (a cheap copy; a layout constraint on the
+CPU only, TPU and GPU compilers pick their own layouts). What it buys: time_to_quality.md.
 """
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
+from jax.experimental.layout import Layout, with_layout_constraint
 
 
 def rows_matmul(x_BxLxD: jax.Array, w_DxF: jax.Array, preferred_element_type=None) -> jax.Array:
   """x [..., D] @ w [D, F] -> [..., F], computed as one [rows, D] x [D, F] matmul."""
   *lead, d = x_BxLxD.shape
-  y_RxF = jnp.dot(x_BxLxD.reshape(-1, d), w_DxF, preferred_element_type=preferred_element_type)
+  x_RxD = x_BxLxD.reshape(-1, d)
+  if x_RxD.dtype == jnp.bfloat16 and w_DxF.dtype == jnp.bfloat16:
+    y_RxF = _bf16_matmul(x_RxD, w_DxF).astype(preferred_element_type or jnp.bfloat16)
+  else:
+    y_RxF = jnp.dot(x_RxD, w_DxF, preferred_element_type=preferred_element_type)
   return y_RxF.reshape(*lead, w_DxF.shape[-1])
+
+
+def dense_dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
+  """`flax.linen.Dense(dot_general=...)`: its x @ kernel through `rows_matmul`."""
+  (contract_lhs, contract_rhs), batch = dimension_numbers
+  if tuple(contract_lhs) != (lhs.ndim - 1,) or tuple(contract_rhs) != (0,) or batch != ((), ()):
+    return jax.lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
+                               preferred_element_type=preferred_element_type)
+  return rows_matmul(lhs, rhs, preferred_element_type=preferred_element_type)
+
+
+def _laid_out(x: jax.Array) -> jax.Array:
+  """x itself, laid out row-major on the CPU (elsewhere the compiler chooses)."""
+  if jax.default_backend() != "cpu":
+    return x
+  return with_layout_constraint(x, Layout(major_to_minor=tuple(range(x.ndim))))
+
+
+@jax.custom_vjp
+def _bf16_matmul(x_RxD: jax.Array, w_DxF: jax.Array) -> jax.Array:
+  """bfloat16 x [R, D] @ w [D, F] -> float32 [R, F] (float32 accumulation)."""
+  return jnp.dot(x_RxD, w_DxF, preferred_element_type=jnp.float32)
+
+
+def _bf16_matmul_fwd(x_RxD, w_DxF):
+  return _bf16_matmul(x_RxD, w_DxF), (x_RxD, w_DxF)
+
+
+def _bf16_matmul_bwd(saved, g_RxF):
+  x_RxD, w_DxF = saved
+  g_RxF = g_RxF.astype(jnp.bfloat16)
+  # dx = g w^T: w's rows contracted in place, which the bfloat16 kernels take as it is.
+  dx_RxD = jax.lax.dot_general(g_RxF, w_DxF, (((1,), (1,)), ((), ())),
+                               preferred_element_type=jnp.float32)
+  # dw = x^T g, with x^T materialised row-major (see the module docstring).
+  dw_DxF = jnp.dot(_laid_out(x_RxD.T), g_RxF, preferred_element_type=jnp.float32)
+  return dx_RxD.astype(x_RxD.dtype), dw_DxF.astype(w_DxF.dtype)
+
+
+_bf16_matmul.defvjp(_bf16_matmul_fwd, _bf16_matmul_bwd)
+
+
+def einsum(spec: str, a: jax.Array, b: jax.Array) -> jax.Array:
+  """`jnp.einsum(spec, a, b)` with float32 accumulation (float32 out for bfloat16 operands), its
+  bfloat16 gradients written out as the matmuls' (autodiff would multiply a float32 cotangent by
+  a bfloat16 operand: a product the CPU's bfloat16 kernels do not take). Every index of an
+  operand must appear in the other operand or the output."""
+  if a.dtype == jnp.bfloat16 and b.dtype == jnp.bfloat16:
+    return _bf16_einsum(spec, a, b)
+  return jnp.einsum(spec, a, b, preferred_element_type=jnp.float32)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _bf16_einsum(spec, a, b):
+  return jnp.einsum(spec, a, b, preferred_element_type=jnp.float32)
+
+
+def _bf16_einsum_fwd(spec, a, b):
+  return _bf16_einsum(spec, a, b), (a, b)
+
+
+def _bf16_einsum_bwd(spec, saved, g):
+  a, b = saved
+  inputs, out = spec.split("->")
+  sa, sb = inputs.split(",")
+  g = g.astype(jnp.bfloat16)
+  return (_batched_matmul(g, out, b, sb, sa).astype(a.dtype),
+          _batched_matmul(a, sa, g, out, sb).astype(b.dtype))
+
+
+def _batched_matmul(x, xs: str, y, ys: str, out: str) -> jax.Array:
+  """einsum(f'{xs},{ys}->{out}', x, y) as a batched [M, K] x [K, N] product of operands laid out
+  so (batch, free, contracted) and (batch, contracted, free), float32 out: the form the CPU's
+  bfloat16 kernels take (XLA would fold a plain transpose into the dot's dimension numbers)."""
+  batch = [c for c in xs if c in ys and c in out]
+  contracted = [c for c in xs if c in ys and c not in out]
+  x_free, y_free = [c for c in xs if c not in ys], [c for c in ys if c not in xs]
+  xs2, ys2 = "".join(batch + x_free + contracted), "".join(batch + contracted + y_free)
+  x2, y2 = (_laid_out(jnp.einsum(f"{s}->{s2}", v)) if s != s2 else v
+            for v, s, s2 in ((x, xs, xs2), (y, ys, ys2)))
+  res = "".join(batch + x_free + y_free)
+  return jnp.einsum(f"{res}->{out}", jnp.einsum(f"{xs2},{ys2}->{res}", x2, y2,
+                                                 preferred_element_type=jnp.float32))
+
+
+_bf16_einsum.defvjp(_bf16_einsum_fwd, _bf16_einsum_bwd)
