@@ -60,7 +60,8 @@ def default_config() -> ml_collections.ConfigDict:
   m.pe_type = "sinusoidal"        # 'sinusoidal' (paper) or 'learned' (Table 3 row E)
   m.max_len = 256                 # longest sequence the positional encoding covers
   m.layer_norm_epsilon = 1e-6
-  m.dtype = "float32"             # compute dtype; parameters stay float32
+  m.dtype = "float32"             # compute dtype; parameters stay float32. 'bfloat16': bf16
+                                  # matmul operands, f32 accumulation/softmax/LayerNorm/loss
   m.attention_impl = "einsum"     # 'einsum' | 'dot_product_attention' (XLA's) | 'cudnn' (GPU, bucketed batches)
   m.remat = "none"                # 'layer': recompute each layer's activations in the backward
                                   # pass (less memory, ~1/3 more compute); same results

@@ -246,9 +246,11 @@ def mfu(model_flops_per_second: float, peak_per_device: float, num_devices: int)
 
 
 def measure_peak_flops(dtype=jnp.float32, n: int = 2048, repeats: int = 5) -> float:
-  """FLOP/s of a large jnp.dot on one device (the default one): the per-device peak for MFU."""
+  """FLOP/s of a large jnp.dot on one device (the default one): the per-device peak for MFU.
+  float32 accumulation, as the model's products (a bfloat16 product with a bfloat16 result is
+  not what XLA's CPU bfloat16 kernels take, and runs at float32 speed there)."""
   a = jnp.ones((n, n), dtype)
-  f = jax.jit(lambda x: x @ x)
+  f = jax.jit(lambda x: jnp.dot(x, x, preferred_element_type=jnp.float32))
   f(a).block_until_ready()
   best = float("inf")
   for _ in range(repeats):
