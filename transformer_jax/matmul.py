@@ -10,7 +10,7 @@ needs no copy. The contraction is the same, so the maths is unchanged.
 
 bfloat16 compute (`model.dtype='bfloat16'`): the products take bfloat16 operands, accumulate in
 float32 and return the compute dtype (float32 where asked: the logits, the attention logits).
-Their gradients are written out (`_bf16_matmul`, `_bf16_einsum`) so that every product of the
+Their gradients are written out (`_bf16_einsum`) so that every product of the
 backward pass is one that XLA's CPU backend hands to its bfloat16 kernels (YNNPACK, on AMX or
 AVX512-BF16 units). Those take [M, K] x [K, N] operands laid out row-major and bfloat16 on both
 sides; autodiff would instead multiply a float32 cotangent by a bfloat16 operand, and contract
@@ -34,7 +34,7 @@ def rows_matmul(x_BxLxD: jax.Array, w_DxF: jax.Array, preferred_element_type=Non
   *lead, d = x_BxLxD.shape
   x_RxD = x_BxLxD.reshape(-1, d)
   if x_RxD.dtype == jnp.bfloat16 and w_DxF.dtype == jnp.bfloat16:
-    y_RxF = _bf16_matmul(x_RxD, w_DxF).astype(preferred_element_type or jnp.bfloat16)
+    y_RxF = einsum("rd,df->rf", x_RxD, w_DxF).astype(preferred_element_type or jnp.bfloat16)
   else:
     y_RxF = jnp.dot(x_RxD, w_DxF, preferred_element_type=preferred_element_type)
   return y_RxF.reshape(*lead, w_DxF.shape[-1])
@@ -54,30 +54,6 @@ def _laid_out(x: jax.Array) -> jax.Array:
   if jax.default_backend() != "cpu":
     return x
   return with_layout_constraint(x, Layout(major_to_minor=tuple(range(x.ndim))))
-
-
-@jax.custom_vjp
-def _bf16_matmul(x_RxD: jax.Array, w_DxF: jax.Array) -> jax.Array:
-  """bfloat16 x [R, D] @ w [D, F] -> float32 [R, F] (float32 accumulation)."""
-  return jnp.dot(x_RxD, w_DxF, preferred_element_type=jnp.float32)
-
-
-def _bf16_matmul_fwd(x_RxD, w_DxF):
-  return _bf16_matmul(x_RxD, w_DxF), (x_RxD, w_DxF)
-
-
-def _bf16_matmul_bwd(saved, g_RxF):
-  x_RxD, w_DxF = saved
-  g_RxF = g_RxF.astype(jnp.bfloat16)
-  # dx = g w^T: w's rows contracted in place, which the bfloat16 kernels take as it is.
-  dx_RxD = jax.lax.dot_general(g_RxF, w_DxF, (((1,), (1,)), ((), ())),
-                               preferred_element_type=jnp.float32)
-  # dw = x^T g, with x^T materialised row-major (see the module docstring).
-  dw_DxF = jnp.dot(_laid_out(x_RxD.T), g_RxF, preferred_element_type=jnp.float32)
-  return dx_RxD.astype(x_RxD.dtype), dw_DxF.astype(w_DxF.dtype)
-
-
-_bf16_matmul.defvjp(_bf16_matmul_fwd, _bf16_matmul_bwd)
 
 
 def einsum(spec: str, a: jax.Array, b: jax.Array) -> jax.Array:
