@@ -4,7 +4,8 @@ The sharded checks need 8 devices, which on CPU means XLA_FLAGS=--xla_force_host
 device_count=8 before jax starts. So this file is also a script: the module-scoped fixture runs
 `python -m tests.test_sharding` in a subprocess with that flag (nothing leaks into the pytest
 process or other test files), the script trains two steps on each mesh and prints a JSON report,
-and the tests below check it. Config mistakes (mesh sizes, divisibility) are checked in-process.
+and the tests below check it. Config mistakes (mesh sizes, divisibility) and the sharding rules
+are checked in-process, in test_mesh_rules.py.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import math
 import os
 import subprocess
 import sys
-import types
 
 import numpy as np
 import pytest
@@ -38,7 +38,7 @@ EXPECTED_SPECS = {
 # ----------------------------------------------------------------------------- the 8-device worker
 
 
-def _tiny_config(mesh_shape=(1, 1, 1), dtype="float32"):
+def tiny_mesh_config(mesh_shape=(1, 1, 1), dtype="float32"):
   from configs import tiny  # pylint: disable=g-import-not-at-top
   c = tiny.get_config()
   m = c.model
@@ -69,7 +69,7 @@ def _path(keypath) -> str:
   return ".".join(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in keypath)
 
 
-def _flat(tree) -> dict:
+def flat(tree) -> dict:
   import jax  # pylint: disable=g-import-not-at-top
   return {_path(k): v for k, v in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
@@ -98,7 +98,7 @@ def _train_two_steps(shape, devices, initial_state=None, dtype="float32"):
   directly sharded) or, to save an init compilation, from `initial_state` placed on the mesh."""
   import jax  # pylint: disable=g-import-not-at-top
   from transformer_jax import sharding, step as step_lib  # pylint: disable=g-import-not-at-top
-  config = _tiny_config(shape, dtype)
+  config = tiny_mesh_config(shape, dtype)
   mesh = sharding.make_mesh(config.mesh, devices)
   sharding.check_divisibility(config, mesh)
   _, state_sh = step_lib.state_shardings(config, mesh)
@@ -131,10 +131,10 @@ def _report_mesh(name, shape, devices, reference):
       shape, devices, start)
   init_diff = max(float(np.max(np.abs(a - b))) for a, b in zip(
       jax.tree.leaves(initial.params), jax.tree.leaves(reference["initial_state"].params)))
-  params = _flat(state.params)
+  params = flat(state.params)
   ref_params = reference["params"]
   max_diff = max(float(np.max(np.abs(np.asarray(params[k]) - ref_params[k]))) for k in params)
-  in_state_sh = _flat(compiled.input_shardings[0][0].params)
+  in_state_sh = flat(compiled.input_shardings[0][0].params)
   mu = _adam_mu(state.opt_state)
   leaves = {}
   for key in EXPECTED_SPECS:
@@ -183,12 +183,12 @@ def _bad_input_report(tmpdir):
            "tensor_vs_heads": dict(mesh_shape=(1, 1, 8), heads=4),
            "tensor_vs_d_ff": dict(mesh_shape=(2, 1, 4), d_ff=66)}
   for name, case in cases.items():
-    config = _tiny_config(case["mesh_shape"])
+    config = tiny_mesh_config(case["mesh_shape"])
     config.model.num_heads = case.get("heads", config.model.num_heads)
     config.model.d_ff = case.get("d_ff", config.model.d_ff)
     out[name] = _compiles_during(
         lambda c=config, n=name: train.train_and_evaluate(c, os.path.join(tmpdir, n)))
-  mesh = sharding.make_mesh(_tiny_config((4, 2, 1)).mesh)
+  mesh = sharding.make_mesh(tiny_mesh_config((4, 2, 1)).mesh)
   batch = {k: v[:6] for k, v in _batches(1)[0].items()}  # 6 rows on data*fsdp = 8
   out["batch_rows"] = _compiles_during(lambda: sharding.global_batch(mesh, batch))
   return out
@@ -201,7 +201,7 @@ def _decode_report(params, devices) -> dict:
   import jax  # pylint: disable=g-import-not-at-top
   from transformer_jax import decode, sharding  # pylint: disable=g-import-not-at-top
   from transformer_jax.config import ModelConfig  # pylint: disable=g-import-not-at-top
-  config = _tiny_config(MESHES["mixed222"])
+  config = tiny_mesh_config(MESHES["mixed222"])
   search = functools.partial(decode.beam_decode, ModelConfig.from_config(config.model),
                              beam_size=2, max_extra_len=5)
   inputs = _batches(1)[0]["inputs"]
@@ -227,7 +227,7 @@ def worker_main(tmpdir: str) -> dict:
   assert jax.device_count() == NUM_DEVICES, jax.devices()
   devices = jax.devices()
   _, state, _, (losses, grad_norms), eval_nll, _, initial = _train_two_steps((1, 1, 1), devices[:1])
-  reference = {"params": {k: np.asarray(v) for k, v in _flat(state.params).items()},
+  reference = {"params": {k: np.asarray(v) for k, v in flat(state.params).items()},
                "losses": losses, "grad_norms": grad_norms, "eval_nll": eval_nll,
                "initial_state": initial}
   report = {"meshes": {name: _report_mesh(name, shape, devices, reference)
@@ -332,129 +332,6 @@ def test_bad_inputs_fail_with_config_error_before_compiling(report, case):
               "tensor_vs_d_ff": "'model.d_ff'=66 is not divisible by the tensor-parallel size",
               "batch_rows": "6 rows, not divisible by the data-parallel size mesh.data*mesh.fsdp=8"}
   assert expected[case] in message
-
-
-# ----------------------------------------------------------------------------- tests: in-process
-
-
-def _fake_mesh(data, fsdp, tensor):
-  return types.SimpleNamespace(shape={"data": data, "fsdp": fsdp, "tensor": tensor})
-
-
-@pytest.mark.parametrize("mesh,devices,want", [
-    ((-1, 1, 1), 8, (8, 1, 1)), ((2, -1, 2), 8, (2, 2, 2)), ((1, 1, -1), 4, (1, 1, 4)),
-    ((2, 2, 2), 8, (2, 2, 2)), ((-1, 1, 1), 1, (1, 1, 1))])
-def test_mesh_shape_resolves_the_rest(mesh, devices, want):
-  from transformer_jax import sharding  # pylint: disable=g-import-not-at-top
-  cfg = dict(zip(("data", "fsdp", "tensor"), mesh))
-  assert sharding.mesh_shape(cfg, devices) == want
-
-
-@pytest.mark.parametrize("mesh,devices,match", [
-    ((2, 2, 1), 8, "multiply to 4, but there are 8 devices"),
-    ((3, -1, 1), 8, "multiply to 3, which does not divide the 8 devices"),
-    ((-1, -1, 1), 8, "at most one axis may be -1"),
-    ((16, 1, 1), 8, "multiply to 16")])
-def test_mesh_shape_errors(mesh, devices, match):
-  from transformer_jax import sharding  # pylint: disable=g-import-not-at-top
-  from transformer_jax.config import ConfigError  # pylint: disable=g-import-not-at-top
-  with pytest.raises(ConfigError, match=match):
-    sharding.mesh_shape(dict(zip(("data", "fsdp", "tensor"), mesh)), devices)
-
-
-@pytest.mark.parametrize("change,mesh,match", [
-    ({"num_heads": 6}, (1, 1, 4),
-     "'model.num_heads'=6 is not divisible by the tensor-parallel size mesh.tensor=4"),
-    ({"d_ff": 100}, (1, 1, 8), "'model.d_ff'=100"),
-    ({"vocab_size": 1001}, (1, 1, 2), "'model.vocab_size'=1001"),
-    ({"d_model": 36}, (1, 8, 1),
-     "'model.d_model'=36 is not divisible by the FSDP size mesh.fsdp=8")])
-def test_divisibility_errors(change, mesh, match):
-  from transformer_jax import sharding  # pylint: disable=g-import-not-at-top
-  from transformer_jax.config import ConfigError  # pylint: disable=g-import-not-at-top
-  config = _tiny_config()
-  for key, value in change.items():
-    config.model[key] = value
-  with pytest.raises(ConfigError, match=match.replace("(", r"\(")):
-    sharding.check_divisibility(config, _fake_mesh(*mesh))
-  sharding.check_divisibility(_tiny_config(), _fake_mesh(*mesh))  # the tiny model divides 8
-
-
-def test_batch_rows_and_padding():
-  from transformer_jax import sharding  # pylint: disable=g-import-not-at-top
-  from transformer_jax.config import ConfigError  # pylint: disable=g-import-not-at-top
-  mesh = _fake_mesh(2, 4, 2)
-  sharding.check_batch_rows(16, mesh)
-  with pytest.raises(ConfigError, match="12 rows, not divisible .* mesh.data\\*mesh.fsdp=8"):
-    sharding.check_batch_rows(12, mesh)
-  assert [sharding.padded_rows(n, mesh) for n in (1, 8, 9, 16)] == [8, 8, 16, 16]
-
-
-def test_logical_rules_give_dp_fsdp_and_megatron_tp():
-  import flax.linen as nn  # pylint: disable=g-import-not-at-top
-  from jax.sharding import PartitionSpec as P  # pylint: disable=g-import-not-at-top
-  from transformer_jax import sharding  # pylint: disable=g-import-not-at-top
-
-  def spec(*names, rules=sharding.LOGICAL_RULES):
-    return nn.logical_to_mesh_axes(names, rules)
-
-  # Activations: rows over both data-parallel axes; d_model whole; heads/d_ff/vocab over tensor.
-  assert spec("batch", "length", "embed") == P(("data", "fsdp"), None, None)
-  assert spec("batch", "length", "heads", "kv") == P(("data", "fsdp"), None, "tensor", None)
-  assert spec("batch", "length", "mlp") == P(("data", "fsdp"), None, "tensor")
-  assert spec("batch", "length", "vocab") == P(("data", "fsdp"), None, "tensor")
-  # Parameters: d_model over fsdp (FSDP), Megatron column/row split over tensor.
-  assert spec("embed", "heads", "kv") == P("fsdp", "tensor", None)
-  assert spec("heads", "kv", "embed") == P("tensor", None, "fsdp")
-  assert spec("embed", "mlp") == P("fsdp", "tensor")
-  assert spec("mlp", "embed") == P("tensor", "fsdp")
-  assert spec("vocab", "embed") == P("tensor", "fsdp")
-  # Inference: weights whole along d_model, still split over tensor.
-  assert spec("embed", "mlp", rules=sharding.INFERENCE_RULES) == P(None, "tensor")
-  assert (spec("batch", "length", "embed", rules=sharding.INFERENCE_RULES)
-          == P(("data", "fsdp"), None, None))
-
-
-@pytest.mark.parametrize("pe_type,tie", [("sinusoidal", True), ("learned", False)])
-def test_every_parameter_has_logical_axis_names(pe_type, tie):
-  import flax.linen as nn  # pylint: disable=g-import-not-at-top
-  import jax  # pylint: disable=g-import-not-at-top
-  from transformer_jax import sharding  # pylint: disable=g-import-not-at-top
-  from transformer_jax.config import ModelConfig  # pylint: disable=g-import-not-at-top
-  config = _tiny_config()
-  config.model.pe_type, config.model.tie_embeddings = pe_type, tie
-  model_cfg = ModelConfig.from_config(config.model)
-  boxed = sharding._abstract_params(model_cfg)  # pylint: disable=protected-access
-  leaves = jax.tree.leaves(boxed, is_leaf=lambda x: isinstance(x, nn.LogicallyPartitioned))
-  assert len(leaves) > 20
-  known = {name for name, _ in sharding.LOGICAL_RULES}
-  for leaf in leaves:
-    assert isinstance(leaf, nn.LogicallyPartitioned), leaf
-    assert len(leaf.names) == leaf.value.ndim and set(leaf.names) <= known, leaf.names
-
-
-def test_make_mesh_on_this_machine():
-  import jax  # pylint: disable=g-import-not-at-top
-  from jax.sharding import AxisType  # pylint: disable=g-import-not-at-top
-  from transformer_jax import sharding  # pylint: disable=g-import-not-at-top
-  mesh = sharding.make_mesh(_tiny_config((-1, 1, 1)).mesh)
-  assert mesh.axis_names == ("data", "fsdp", "tensor")
-  assert mesh.shape["data"] == jax.device_count() and mesh.devices.size == jax.device_count()
-  assert all(t == AxisType.Auto for t in mesh.axis_types)  # flax's constraints need Auto axes
-
-
-def test_param_shardings_for_inference_match_the_train_state():
-  import jax  # pylint: disable=g-import-not-at-top
-  from transformer_jax import sharding, step as step_lib  # pylint: disable=g-import-not-at-top
-  config = _tiny_config()
-  mesh = sharding.make_mesh(config.mesh, jax.devices()[:1])
-  abstract, shardings = sharding.param_shardings(config, mesh)
-  _, state_sh = step_lib.state_shardings(config, mesh)
-  assert jax.tree.structure(shardings) == jax.tree.structure(state_sh.params)
-  assert _flat(shardings) == _flat(state_sh.params)
-  assert all(a.dtype == np.float32 and a.sharding is not None for a in jax.tree.leaves(abstract))
-  _, inference = sharding.param_shardings(config, mesh, inference=True)
-  assert tuple(_flat(inference)["encoder.layer_0.ffn.wi.kernel"].spec) == (None, "tensor")
 
 
 if __name__ == "__main__":
