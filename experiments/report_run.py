@@ -20,6 +20,7 @@ Writes experiments/results/<name>.{md,json,png}.
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import os
 import shlex
@@ -89,19 +90,40 @@ def samples(workdir: str, report: dict, split: str, average: int) -> list[dict]:
   return [lines[i] for i in SAMPLE_LINES if i < len(lines)]
 
 
-def evaluate(workdir: str, split: str, step: int, *, average: int = 0, bleu_sentences: int = 0) -> dict:
+def finished(path: str, checkpoint_path: str, decode: dict) -> dict | None:
+  """An earlier evaluation report at `path`, if it can stand for a new one: written after the
+  checkpoint, with the run's own decode settings and no overrides (None otherwise). So a report
+  that was interrupted, or is rerun for its notes, decodes only what it has not decoded yet."""
+  try:
+    with open(path, encoding="utf-8") as f:
+      report = json.load(f)
+    fresh = os.path.getmtime(path) >= os.path.getmtime(checkpoint_path)
+  except (OSError, ValueError):
+    return None
+  same = report.get("decode") == decode and not report.get("overrides")
+  return report if fresh and same else None
+
+
+def evaluate(workdir: str, split: str, step: int, *, average: int = 0, bleu_sentences: int = 0,
+             ckpt_dir: str = "", decode: dict | None = None) -> dict:
   """The evaluation CLI on one checkpoint (or the average of the last `average` up to `step`);
-  its report, WORKDIR/eval/<split>_step<step>[_avg<k>].json. A failed evaluation (its error
-  printed) ends this script with the same exit status."""
+  its report, WORKDIR/eval/<split>_step<step>[_avg<k>].json, reused when `finished` (given the
+  checkpoint folder and the run's `decode` settings). A failed evaluation (its error printed)
+  ends this script with the same exit status."""
   average = average if average > 1 else 0  # the average of one checkpoint is that checkpoint
+  path = workdir_lib.eval_stem(workdir, split, step, average, bleu_sentences=bleu_sentences) + ".json"
+  if ckpt_dir and decode is not None:
+    earlier = finished(path, os.path.join(ckpt_dir, str(step)), decode)
+    if earlier is not None:
+      print(f"reusing {path} (written after the checkpoint, same decode settings)", flush=True)
+      return earlier
   cmd = [sys.executable, "-m", "transformer_jax.main", "--mode=eval", f"--workdir={workdir}",
          f"--split={split}", f"--step={step}", f"--average={average}",
          f"--bleu_sentences={bleu_sentences}"]
   rc = subprocess.run(cmd, check=False).returncode
   if rc:
     sys.exit(rc)
-  with open(workdir_lib.eval_stem(workdir, split, step, average, bleu_sentences=bleu_sentences)
-            + ".json") as f:
+  with open(path, encoding="utf-8") as f:
     return json.load(f)
 
 
@@ -137,24 +159,25 @@ def main(argv):
   train_rows, dev_rows = read_metrics(workdir, config.train.log_every_steps)
   steps = checkpoint.make_manager(ckpt_dir, read_only=True, with_data=False).all_steps()
   average = min(_AVERAGE.value, len(steps))
+  run_eval = functools.partial(evaluate, workdir, ckpt_dir=ckpt_dir, decode=config.decode.to_dict())
 
   curve = []
   for s in curve_steps(steps, _CURVE_POINTS.value):
-    dev = evaluate(workdir, "validation", s, bleu_sentences=_CURVE_SENTENCES.value)
+    dev = run_eval("validation", s, bleu_sentences=_CURVE_SENTENCES.value)
     logged = min(train_rows, key=lambda r: abs(r["step"] - s))  # the nearest logged step
     curve.append({"step": s, "wall_minutes": logged["minutes"], "dev_bleu": dev["sacrebleu"],
                   "dev_bleu_tokenized": dev["tokenized_bleu"], "dev_perplexity": dev["perplexity"]})
     if _CURVE_TEST.value:
-      curve[-1]["test_bleu"] = evaluate(workdir, _TEST_SPLIT.value, s)["sacrebleu"]
+      curve[-1]["test_bleu"] = run_eval(_TEST_SPLIT.value, s)["sacrebleu"]
     print(f"step {s}: dev sacreBLEU {dev['sacrebleu']:.2f}", flush=True)
   dev_averages = {}
   for k in sorted({min(k, len(steps)) for k in choices}):  # averaging chosen on dev, all sentences
-    dev_averages[k] = evaluate(workdir, "validation", last_step, average=k)["sacrebleu"]
+    dev_averages[k] = run_eval("validation", last_step, average=k)["sacrebleu"]
     print(f"average of last {k}: dev sacreBLEU {dev_averages[k]:.2f}", flush=True)
   if dev_averages:
     average = max(dev_averages, key=lambda k: (dev_averages[k], -k))  # ties: fewer checkpoints
-  final = evaluate(workdir, _TEST_SPLIT.value, last_step, average=average)
-  final_last = evaluate(workdir, _TEST_SPLIT.value, last_step) if _ALSO_LAST.value else None
+  final = run_eval(_TEST_SPLIT.value, last_step, average=average)
+  final_last = run_eval(_TEST_SPLIT.value, last_step) if _ALSO_LAST.value else None
   translator = Translator.from_workdir(workdir, average=average)
 
   host = results_files.machine()

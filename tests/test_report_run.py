@@ -74,3 +74,26 @@ def test_a_run_without_training_rows_is_one_clear_error(tmp_path):
   (tmp_path / "metrics.jsonl").write_text('{"step": 500, "split": "dev", "perplexity": 9.0}\n{"step"')
   with pytest.raises(ConfigError, match=r"metrics.jsonl: no training rows to report on"):
     report_run.read_metrics(str(tmp_path), log_every_steps=50)
+
+
+def test_an_earlier_evaluation_is_reused_only_when_it_still_stands(tmp_path):
+  import json  # pylint: disable=g-import-not-at-top
+  import os  # pylint: disable=g-import-not-at-top
+  decode = {"beam_size": 4, "alpha": 0.6, "batch_size": 64}
+  ckpt, report = tmp_path / "checkpoints" / "500", tmp_path / "test_step500.json"
+  ckpt.mkdir(parents=True)
+  report.write_text(json.dumps({"sacrebleu": 30.0, "decode": decode, "overrides": {}}))
+  os.utime(ckpt, (1000, 1000))
+  os.utime(report, (2000, 2000))
+  assert report_run.finished(str(report), str(ckpt), decode)["sacrebleu"] == 30.0
+  assert report_run.finished(str(report), str(ckpt), dict(decode, alpha=1.0)) is None
+  assert report_run.finished(str(report), str(tmp_path / "checkpoints" / "600"), decode) is None
+  os.utime(ckpt, (3000, 3000))  # the checkpoint was written again after the evaluation
+  assert report_run.finished(str(report), str(ckpt), decode) is None
+  os.utime(ckpt, (1000, 1000))
+  report.write_text(json.dumps({"sacrebleu": 30.0, "decode": decode, "overrides": {"decode.beam_size": 1}}))
+  os.utime(report, (2000, 2000))
+  assert report_run.finished(str(report), str(ckpt), decode) is None
+  report.write_text("{not json")
+  assert report_run.finished(str(report), str(ckpt), decode) is None
+  assert report_run.finished(str(tmp_path / "missing.json"), str(ckpt), decode) is None
