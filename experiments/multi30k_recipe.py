@@ -25,6 +25,9 @@ averaged, read from `--mode=eval --split=validation --average=A` reports in the 
 per-token perplexities of two vocabularies do not compare, so it compares the dev split's total
 negative log-likelihood in nats (and dev sacreBLEU). `--pilot=bf16` is the same for bfloat16
 compute (`model.dtype`) against float32: cheaper steps on CPUs with bfloat16 matmul units.
+`--pilot=room` asks what the two-core bfloat16 hour's 1.5x updates buy with more regularisation
+and more parameters: whole-machine hours run one after another (the bfloat16 hour itself is the
+first recipe), compared on the dev split only.
 """
 
 from __future__ import annotations
@@ -69,6 +72,14 @@ DTYPE_RECIPES = {
     "bf16": ("bfloat16 compute (float32 parameters, accumulation, softmax, LayerNorm statistics "
              "and loss)", {"model.dtype": "bfloat16"}),
 }
+ROOM_RECIPES = {  # the two-core bfloat16 hour over-fits after ~7000 of its 10855 steps
+    "bf16": ("bfloat16 compute, the documented recipe otherwise (the two-core hour of "
+             "results/multi30k_bf16_hour.md)", {"model.dtype": "bfloat16"}),
+    "bf16_drop03": ("and dropout 0.3 (the documented 0.2)",
+                    {"model.dtype": "bfloat16", "model.dropout_rate": 0.3}),
+    "bf16_ff2048": ("and dropout 0.3 with d_ff 2048 (the documented 1024; ~1.4x the FLOPs a step)",
+                    {"model.dtype": "bfloat16", "model.dropout_rate": 0.3, "model.d_ff": 2048}),
+}
 ONE_CORE = f"XLA_FLAGS={local_runner.ONE_CORE_XLA_FLAGS}"  # as the sweep's --parallel runs
 TOGETHER = ("at the same time, each pinned to its own core (`taskset`, one-core XLA flags), "
             "nothing else running")  # how the hour pilots share the machine
@@ -107,6 +118,10 @@ PILOTS = {
     "bf16": Pilot("Multi30k: bfloat16 against float32 compute over the hour", "multi30k_bf16",
                   60, (15, 30, 45), 2000, DTYPE_RECIPES, {},
                   TOGETHER + "; dev perplexity every 500 steps", cores={"f32": 0, "bf16": 1}),
+    "room": Pilot("Multi30k: room for bfloat16's extra updates, two-core hours", "multi30k_room",
+                  60, (15, 30, 45), 2000, ROOM_RECIPES, {},
+                  "one after another on the otherwise idle machine, both cores each; dev "
+                  "perplexity every 500 steps"),
 }
 
 

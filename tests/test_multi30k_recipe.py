@@ -11,16 +11,18 @@ from experiments import multi30k_cooldown, multi30k_recipe
 from transformer_jax import config as config_lib, overrides
 
 
-def test_every_recipe_command_is_a_valid_training_command():
-  for name, (_, changes) in multi30k_recipe.RECIPES.items():
-    argv = shlex.split(multi30k_recipe.command(name, "runs/m30k"))
+@pytest.mark.parametrize("pilot_name", ["recipe", "room"])  # the pilots that run one at a time
+def test_every_recipe_command_is_a_valid_training_command(pilot_name):
+  pilot = multi30k_recipe.PILOTS[pilot_name]
+  for name, (_, changes) in pilot.recipes.items():
+    argv = shlex.split(multi30k_recipe.command(name, "runs/m30k", pilot_name))
     assert argv[:4] == ["python", "-m", "transformer_jax.main", "--config=configs/multi30k.py"]
     assert f"--workdir=runs/m30k/{name}" in argv
     given, _ = overrides.split_override_args(argv)
     parsed = overrides.parse_overrides(given)  # keys and values checked against the schema
     c = overrides.apply_overrides(overrides.load_config_file("configs/multi30k.py"), parsed)
     config_lib.validate(c)
-    assert c.train.max_train_minutes == multi30k_recipe.PILOT_MINUTES
+    assert c.train.max_train_minutes == pilot.minutes
     for key, value in changes.items():  # each recipe states its batch and rate explicitly
       section, field = key.split(".")
       assert c[section][field] == value
