@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import json
 import os
 import shlex
@@ -174,6 +175,10 @@ def _at_cell(point: dict | None, spec: Pilot) -> str:
   return "" if value is None else f"{value:.{0 if spec.nats else 2}f} ({point['minutes']:.1f} min)"
 
 
+def _utc(seconds: float) -> str:
+  return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
 def summarize(runs: str, pilot: str = "recipe") -> dict:
   spec, out = PILOTS[pilot], {}
   for name in spec.recipes:
@@ -186,6 +191,8 @@ def summarize(runs: str, pilot: str = "recipe") -> dict:
     points = [_dev_point(r) for r in dev]
     at = {str(m): dev_at(points, m) for m in spec.marks}
     out[name] = {"changes": spec.recipes[name][0], "command": command(name, runs, pilot),
+                 "trained": [_utc(train[0]["time"] - 60 * train[0]["minutes"]),
+                             _utc(train[-1]["time"])],
                  "steps": train[-1]["step"], "minutes": train[-1]["minutes"],
                  "s_per_step": results_files.median_window(train),
                  "dev_at": at, "dev_end": points[-1] if points else None,
@@ -196,7 +203,7 @@ def summarize(runs: str, pilot: str = "recipe") -> dict:
 
 
 def write(runs: str, out_dir: str, pilot: str = "recipe") -> list[str]:
-  spec, data = PILOTS[pilot], summarize(runs, pilot)
+  spec, data, host = PILOTS[pilot], summarize(runs, pilot), results_files.machine()
   stem = os.path.join(out_dir, spec.stem)
   with open(stem + ".json", "w") as f:
     json.dump(data, f, indent=1)
@@ -219,6 +226,10 @@ def write(runs: str, out_dir: str, pilot: str = "recipe") -> list[str]:
              "dev perplexity") + " on the whole dev split, teacher forced"
           + ("; dev sacreBLEU on all of it, beam 4" if averages else "")
           + "; the test split is not read). What they mean and the recipe chosen: `time_to_quality.md`.\n\n"
+          + "Trained (UTC): " + "; ".join(f"{n} {r['trained'][0]} to {r['trained'][1]}"
+                                          for n, r in data.items() if "trained" in r)
+          + f". Summary written on: {host['cpu']}, {host['cores']} cores (the runs' machine "
+          "unless `time_to_quality.md` says otherwise).\n\n"
           + markdown.table(["recipe", "change", "steps", "s/step (median)"]
                            + [f"{measure} @{m:g} min (its evaluation's time)" for m in spec.marks]
                            + [f"{measure} at the end ({minutes} min)", f"{measure} @step {spec.step_mark}"]

@@ -55,6 +55,7 @@ def test_summary_compares_at_equal_minutes(tmp_path):
   files = multi30k_recipe.write(str(tmp_path), str(tmp_path))
   text = open(files[0]).read()
   assert "| P1 | half the batch" in text and "P2" not in text.split("Commands:")[0]
+  assert "P0 1970-01-01 00:16 to 1970-01-01 00:30" in text  # when each run trained, from its log
 
 
 @pytest.mark.parametrize("name", ["batch", "vocab", "bf16"])
