@@ -11,9 +11,10 @@ Results: one file per (row, seed) in experiments/results/table3_<scale>/, the re
 
 Scale `cpu` (the protocol: sweeps.CPU) is 41 runs of 3000 steps at widths x1/8 on Multi30k,
 pre-LN. What to expect on a 2-core CPU: base reaches dev perplexity ~8.8 (sacreBLEU ~35 on 500
-dev sentences), still falling ~13% over the last quarter; ~20-45 minutes a run (rows with many
-narrow heads, A h=16 and h=32, take several times base's step time), so the sweep takes well
-over 8 hours even with `--parallel=2`. The same protocol with the paper's post-LN
+dev sentences), still falling ~13% over the last quarter; 10 of the paper's 11 clear rows
+reproduce on dev perplexity (experiments/results/table3_cpu.md, measured 2026-11-24/25). The
+41 runs took 20.5 hours of one core (16-69 minutes a run: rows with many narrow heads, A h=16
+and h=32, take 2-4x base's step time), ~10.3 hours of a 2-core machine with `--parallel=2`. The same protocol with the paper's post-LN
 (`--config.model.pre_ln=False`; experiments/results/table3_cpu_postln.md) leaves base at ~20.4,
 and the rows that learn faster early (fewer layers, no dropout, one wide head) come out *better*
 than base, the reverse of the paper: why the cpu scale is pre-LN.
