@@ -14,7 +14,8 @@ Every score comes from the one evaluation, the evaluation CLI (`python -m transf
   the number averaged is chosen on the dev split (the best dev sacreBLEU over all dev sentences),
   so the test split chooses nothing;
 - sample test translations, and a few sentences through the `Translator` API.
-Writes experiments/results/<name>.{md,json,png}.
+Writes experiments/results/<name>.{md,json,png}. An evaluation report already in WORKDIR/eval/,
+written after its checkpoint with the run's decode settings, is reused rather than decoded again.
 """
 
 from __future__ import annotations
