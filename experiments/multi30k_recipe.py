@@ -227,7 +227,7 @@ def write(runs: str, out_dir: str, pilot: str = "recipe") -> list[str]:
           + ("; dev sacreBLEU on all of it, beam 4" if averages else "")
           + "; the test split is not read). What they mean and the recipe chosen: `time_to_quality.md`.\n\n"
           + "Trained (UTC): " + "; ".join(f"{n} {r['trained'][0]} to {r['trained'][1]}"
-                                          for n, r in data.items() if "trained" in r)
+                                          for n, r in data.items())
           + f". Summary written on: {host['cpu']}, {host['cores']} cores (the runs' machine "
           "unless `time_to_quality.md` says otherwise).\n\n"
           + markdown.table(["recipe", "change", "steps", "s/step (median)"]
