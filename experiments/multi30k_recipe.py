@@ -80,6 +80,9 @@ ROOM_RECIPES = {  # the two-core bfloat16 hour over-fits after ~7000 of its 1085
                     {"model.dtype": "bfloat16", "model.dropout_rate": 0.3}),
     "bf16_ff2048": ("and dropout 0.3 with d_ff 2048 (the documented 1024; ~1.4x the FLOPs a step)",
                     {"model.dtype": "bfloat16", "model.dropout_rate": 0.3, "model.d_ff": 2048}),
+    "bf16_n4": ("and dropout 0.3 with 4 + 4 layers (the documented 3 + 3; ~1.33x the FLOPs a step)",
+                {"model.dtype": "bfloat16", "model.dropout_rate": 0.3,
+                 "model.num_encoder_layers": 4, "model.num_decoder_layers": 4}),
 }
 ONE_CORE = f"XLA_FLAGS={local_runner.ONE_CORE_XLA_FLAGS}"  # as the sweep's --parallel runs
 TOGETHER = ("at the same time, each pinned to its own core (`taskset`, one-core XLA flags), "
