@@ -15,10 +15,10 @@ dev sentences), still falling ~13% over the last quarter; 10 of the paper's 11 c
 reproduce on dev perplexity (experiments/results/table3_cpu.md, measured 2026-11-24/25). The
 41 runs took 20.5 hours of one core (16-69 minutes a run: rows with many narrow heads, A h=16
 and h=32, take 2-4x base's step time), ~10.3 hours of a 2-core machine with `--parallel=2`.
-The same protocol with the paper's post-LN
-(`--config.model.pre_ln=False`; experiments/results/table3_cpu_postln.md) leaves base at ~20.4,
-and the rows that learn faster early (fewer layers, no dropout, one wide head) come out *better*
-than base, the reverse of the paper: why the cpu scale is pre-LN.
+The same protocol with the paper's post-LN (`--config.model.pre_ln=False`;
+experiments/results/table3_cpu_postln.md) leaves base at ~20.4, and the rows that learn faster
+early (fewer layers, no dropout, one wide head) come out *better* than base, the reverse of the
+paper: why the cpu scale is pre-LN.
 
 Each row is the paper's base model with the row's changes (model widths in the paper's units;
 a scale shrinks d_model, d_k, d_v and d_ff by one factor, see experiments/sweeps.py). `paper`
