@@ -83,6 +83,10 @@ ROOM_RECIPES = {  # the two-core bfloat16 hour over-fits after ~7000 of its 1085
     "bf16_n4": ("and dropout 0.3 with 4 + 4 layers (the documented 3 + 3; ~1.33x the FLOPs a step)",
                 {"model.dtype": "bfloat16", "model.dropout_rate": 0.3,
                  "model.num_encoder_layers": 4, "model.num_decoder_layers": 4}),
+    "bf16_attn": ("and dropout 0.3 with dropout 0.1 on the attention weights and the ReLU "
+                  "outputs (tensor2tensor's later default; the documented 0)",
+                  {"model.dtype": "bfloat16", "model.dropout_rate": 0.3,
+                   "model.attention_dropout_rate": 0.1, "model.relu_dropout_rate": 0.1}),
 }
 ONE_CORE = f"XLA_FLAGS={local_runner.ONE_CORE_XLA_FLAGS}"  # as the sweep's --parallel runs
 TOGETHER = ("at the same time, each pinned to its own core (`taskset`, one-core XLA flags), "
