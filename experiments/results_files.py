@@ -17,7 +17,7 @@ import platform
 import re
 
 from experiments import row_runs
-from transformer_jax import metrics
+from transformer_jax import files, metrics
 from transformer_jax.config import ConfigError
 from transformer_jax.overrides import REPO, schema_default
 
@@ -116,7 +116,7 @@ def read_json(path):
 
 
 def _dump(path: str, obj) -> str:
-  tmp = path + f".tmp{os.getpid()}"
+  tmp = files.temp_path(path)
   with open(tmp, "w", encoding="utf-8") as f:
     json.dump(obj, f, indent=1, default=str, ensure_ascii=False)
   return tmp

@@ -46,7 +46,6 @@ import shlex
 import shutil
 import signal
 import sys
-import threading
 import time
 from concurrent import futures
 
@@ -55,7 +54,7 @@ from absl import flags
 from experiments import report, results_files, row_runs, sweeps
 from experiments.local_runner import (STOP, cpu_shares, forward_sigterm, latest_step,
                                       subprocess_runner)
-from transformer_jax import errors, workdir as workdir_lib
+from transformer_jax import errors, files, workdir as workdir_lib
 from transformer_jax.config import ConfigError
 from transformer_jax.overrides import REPO, parse_overrides
 
@@ -126,7 +125,7 @@ def _share_vocab(out: str, workdir: str, config, direction: str) -> None:
   if direction == "in" and os.path.isdir(cache) and not os.path.exists(run_vocab):
     shutil.copytree(cache, run_vocab)
   elif direction == "out" and os.path.isdir(run_vocab) and not os.path.isdir(cache):
-    tmp = cache + f".tmp{os.getpid()}_{threading.get_ident()}"
+    tmp = files.temp_path(cache)
     shutil.copytree(run_vocab, tmp)
     try:
       os.replace(tmp, cache)

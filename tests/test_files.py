@@ -128,3 +128,31 @@ def test_a_store_without_its_package_is_one_line():
   assert p.returncode == 2 and len(lines) == 1, p.stderr[-2000:]
   assert lines[0].startswith("error: workdir gs://b/run: gs:// needs the gcsfs package "
                              "(pip install gcsfs)")
+
+
+def test_threads_writing_one_file_never_share_a_temporary_file(tmp_path):
+  # A --parallel sweep's threads write the shared references.json at once (results_files.
+  # write_once); with one temporary name per process, one thread published or deleted the
+  # other's half-written file (an intermittent failed run).
+  import threading
+  from experiments import results_files
+  path, texts = str(tmp_path / "shared.json"), [{"writer": i, "pad": "x" * 200_000} for i in range(2)]
+  errors, start = [], threading.Barrier(2)
+
+  def write(obj):
+    try:
+      start.wait()
+      for _ in range(30):
+        files.write_text(path, json.dumps(obj))
+        results_files.write_once(path + ".once", obj)
+    except Exception as e:  # pylint: disable=broad-except
+      errors.append(repr(e))
+
+  threads = [threading.Thread(target=write, args=(t,)) for t in texts]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join()
+  assert errors == []
+  assert json.load(open(path)) in texts and json.load(open(path + ".once")) in texts
+  assert sorted(os.listdir(tmp_path)) == ["shared.json", "shared.json.once"]  # no temporary left

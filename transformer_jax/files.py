@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 
 from transformer_jax.config import ConfigError
 
@@ -108,13 +109,20 @@ def read_bytes(path: str) -> bytes:
     return f.read()
 
 
+def temp_path(path: str) -> str:
+  """A sibling of local `path` to write before an os.replace/os.link onto it, unique to this
+  process and thread: two writers of the same file (threads of a --parallel sweep) never share
+  one temporary file, so neither publishes the other's half-written bytes."""
+  return f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
+
+
 def write_bytes(path: str, data: bytes) -> None:
   """Writes `path` whole: locally through a temporary file and os.replace, so a reader never
   sees half a file; in an object store directly (objects appear whole)."""
   if is_remote(path):
     _epath(path).write_bytes(data)
     return
-  tmp = f"{path}.tmp-{os.getpid()}"
+  tmp = temp_path(path)
   with open(tmp, "wb") as f:
     f.write(data)
   os.replace(tmp, path)

@@ -20,7 +20,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from transformer_jax import decode
+from transformer_jax import decode, files
 from transformer_jax.config import ConfigError, ModelConfig
 
 
@@ -132,7 +132,7 @@ def _write_lines(path: str, lines: Iterable[str]) -> None:
     sys.stdout.write(text)
     sys.stdout.flush()
     return
-  tmp = path + ".tmp"
+  tmp = files.temp_path(path)
   with open(tmp, "w", encoding="utf-8") as f:
     f.write(text)
   os.replace(tmp, path)
