@@ -218,7 +218,8 @@ def write(runs: str, out_dir: str, pilot: str = "recipe") -> list[str]:
   rows = [[name, r["changes"], r["steps"], r["s_per_step"]]
           + [_at_cell(r["dev_at"][str(m)], spec) for m in spec.marks]
           + [_measure(r["dev_end"], spec), _measure(r["dev_at_step"], spec)]
-          + [r["dev_bleu_by_average"].get(str(a)) for a in averages] for name, r in data.items()]
+          + [r["dev_bleu_by_average"].get(str(a), "not decoded") for a in averages]
+          for name, r in data.items()]
   measure = "dev NLL of the split (nats)" if spec.nats else "dev PPL"
   plots.dev_ppl_curves({name: [[[p["minutes"], _measure(p, spec)] for p in r["dev_curve"]]]
                         for name, r in data.items()},

@@ -94,19 +94,23 @@ def test_the_vocab_pilot_compares_the_dev_split_in_nats(tmp_path):
 
 
 def test_the_batch_pilot_reads_dev_bleu_per_average(tmp_path):
-  run = tmp_path / "b1024"
-  run.mkdir()
-  _metrics(run, [{"step": s, "split": "train", "time": 1000.0 + s, "step_time": 1.0, "perplexity": 9.0}
-                 for s in range(50, 2001, 50)]
-           + [{"step": 2000, "split": "dev", "time": 3001.0, "perplexity": 6.0}])
-  (run / "eval").mkdir()
-  for suffix, score in (("", 38.5), ("_avg3", 40.1), ("_beam8_alpha1.0", 99.0)):
-    (run / "eval" / f"validation_step2000{suffix}.json").write_text(json.dumps({"sacrebleu": score}))
+  for name, decoded in (("b1024", (("", 38.5), ("_avg3", 40.1), ("_beam8_alpha1.0", 99.0))),
+                        ("b2048", (("", 37.25),))):
+    run = tmp_path / name
+    run.mkdir()
+    _metrics(run, [{"step": s, "split": "train", "time": 1000.0 + s, "step_time": 1.0,
+                    "perplexity": 9.0} for s in range(50, 2001, 50)]
+             + [{"step": 2000, "split": "dev", "time": 3001.0, "perplexity": 6.0}])
+    (run / "eval").mkdir()
+    for suffix, score in decoded:
+      (run / "eval" / f"validation_step2000{suffix}.json").write_text(json.dumps({"sacrebleu": score}))
   data = multi30k_recipe.summarize(str(tmp_path), "batch")
-  assert set(data) == {"b1024"}
+  assert set(data) == {"b1024", "b2048"}
   assert data["b1024"]["dev_bleu_by_average"] == {"1": 38.5, "3": 40.1}  # other decode settings: not read
   text = open(multi30k_recipe.write(str(tmp_path), str(tmp_path), "batch")[0]).read()
   assert "dev sacreBLEU, avg 3" in text and "40.1" in text and "run together" in text
+  b2048 = next(line for line in text.splitlines() if line.startswith("| b2048 |"))
+  assert b2048.endswith("| 37.25 | not decoded |")  # an average another run has, this one lacks
 
 
 def test_cooldown_branch_continues_the_same_run(tmp_path):
