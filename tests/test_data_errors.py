@@ -104,6 +104,27 @@ def test_missing_file_folder_and_data_dir(tmp_path):
   assert _nothing_prepared(tmp_path)
 
 
+def test_a_missing_wmt_test_set_is_fetched_through_sacrebleu(tmp_path, monkeypatch):
+  """newstest2014 absent from the corpus folder: sacreBLEU's copy (English source of en-de, German
+  reference of en-de) is gzipped into it, and no temporary file is left."""
+  from sacrebleu import utils
+  folder = _corpus(tmp_path)
+  en, de = tmp_path / "wmt14.en", tmp_path / "wmt14.de"
+  en.write_text("A house .\nA tree .\n")
+  de.write_text("Ein Haus .\nEin Baum .\n")
+  asked = []
+  monkeypatch.setattr(utils, "get_source_file", lambda test_set, pair: asked.append(
+      ("source", test_set, pair)) or (str(en) if pair == "en-de" else 1 / 0))
+  monkeypatch.setattr(utils, "get_reference_files", lambda test_set, pair: asked.append(
+      ("reference", test_set, pair)) or [str(de)])
+  src, tgt = sources.local_split_files(_config(tmp_path, test_files="newstest2014"), "test")
+  assert (src, tgt) == (str(folder / "newstest2014.en.gz"), str(folder / "newstest2014.de.gz"))
+  assert gzip.open(src).read() == en.read_bytes() and gzip.open(tgt).read() == de.read_bytes()
+  assert asked == [("source", "wmt14/full", "en-de"), ("source", "wmt14/full", "de-en"),
+                   ("reference", "wmt14/full", "en-de")]
+  assert not [n for n in os.listdir(folder) if ".tmp" in n]
+
+
 def test_plain_text_files_work_too(tmp_path):
   _corpus(tmp_path, gz=False)
   src, tgt = sources.load_split_texts(_config(tmp_path), "train")

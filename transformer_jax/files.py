@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import threading
 
 from transformer_jax.config import ConfigError
@@ -111,9 +112,10 @@ def read_bytes(path: str) -> bytes:
 
 def temp_path(path: str) -> str:
   """A sibling of local `path` to write before an os.replace/os.link onto it, unique to this
-  process and thread: two writers of the same file (threads of a --parallel sweep) never share
-  one temporary file, so neither publishes the other's half-written bytes."""
-  return f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
+  host, process and thread: two writers of the same file (threads of a --parallel sweep, hosts
+  sharing a network disk) never share one temporary file, so neither publishes or deletes the
+  other's half-written bytes."""
+  return f"{path}.tmp-{socket.gethostname()}-{os.getpid()}-{threading.get_ident()}"
 
 
 def write_bytes(path: str, data: bytes) -> None:

@@ -41,6 +41,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 from absl import logging
 
+from transformer_jax import files
 from transformer_jax.config import DATA_DIR_ENV
 from transformer_jax.data import DataError
 
@@ -162,9 +163,10 @@ def _download_known(folder: str, stem: str, lang: str, other: str) -> str | None
       except Exception:  # pylint: disable=broad-except
         path = get_reference_files(test_set, f"{other}-{lang}")[0]
       os.makedirs(folder, exist_ok=True)
-      with open(path, "rb") as src, gzip.open(dest + ".tmp", "wb") as out:
+      tmp = files.temp_path(dest)  # every host of a multi-host run may write it at once
+      with open(path, "rb") as src, gzip.open(tmp, "wb") as out:
         shutil.copyfileobj(src, out)
-      os.replace(dest + ".tmp", dest)
+      os.replace(tmp, dest)
       return dest
   except Exception as e:  # pylint: disable=broad-except
     logging.warning("download of %s failed: %s", dest, (str(e).splitlines() or [type(e).__name__])[0])
