@@ -117,8 +117,12 @@ def read_json(path):
 
 def _dump(path: str, obj) -> str:
   tmp = files.temp_path(path)
-  with open(tmp, "w", encoding="utf-8") as f:
-    json.dump(obj, f, indent=1, default=str, ensure_ascii=False)
+  try:
+    with open(tmp, "w", encoding="utf-8") as f:
+      json.dump(obj, f, indent=1, default=str, ensure_ascii=False)
+  except BaseException:  # a full disk, or an object json cannot write: no half file left
+    os.remove(tmp)
+    raise
   return tmp
 
 

@@ -156,3 +156,16 @@ def test_threads_writing_one_file_never_share_a_temporary_file(tmp_path):
   assert errors == []
   assert json.load(open(path)) in texts and json.load(open(path + ".once")) in texts
   assert sorted(os.listdir(tmp_path)) == ["shared.json", "shared.json.once"]  # no temporary left
+
+
+def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
+  from experiments import results_files
+  path = str(tmp_path / "config.json")
+  files.write_text(path, "old")
+  with pytest.raises(TypeError):
+    files.write_bytes(path, "not bytes")  # fails inside the write, as a full disk would
+  circular = []
+  circular.append(circular)
+  with pytest.raises(ValueError, match="Circular"):  # json.dump fails after writing a part
+    results_files.write_once(str(tmp_path / "result.json"), {"ok": 1, "circular": circular})
+  assert files.read_text(path) == "old" and os.listdir(tmp_path) == ["config.json"]

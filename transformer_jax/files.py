@@ -125,9 +125,14 @@ def write_bytes(path: str, data: bytes) -> None:
     _epath(path).write_bytes(data)
     return
   tmp = temp_path(path)
-  with open(tmp, "wb") as f:
-    f.write(data)
-  os.replace(tmp, path)
+  try:
+    with open(tmp, "wb") as f:
+      f.write(data)
+    os.replace(tmp, path)
+  except BaseException:  # a full disk: `path` keeps its old bytes, and no half file is left
+    if os.path.exists(tmp):
+      os.remove(tmp)
+    raise
 
 
 def write_text(path: str, text: str) -> None:
