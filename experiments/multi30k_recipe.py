@@ -87,6 +87,11 @@ ROOM_RECIPES = {  # the two-core bfloat16 hour over-fits after ~7000 of its 1085
                   "outputs (tensor2tensor's later default; the documented 0)",
                   {"model.dtype": "bfloat16", "model.dropout_rate": 0.3,
                    "model.attention_dropout_rate": 0.1, "model.relu_dropout_rate": 0.1}),
+    "bf16_n4_preln": ("and dropout 0.3 with 4 + 4 layers, pre-LN (post-LN 4 + 4 does not train at "
+                      "the hour's warmup and rate; pre-LN does, in a 1000-step check)",
+                      {"model.dtype": "bfloat16", "model.dropout_rate": 0.3,
+                       "model.num_encoder_layers": 4, "model.num_decoder_layers": 4,
+                       "model.pre_ln": True}),
 }
 ONE_CORE = f"XLA_FLAGS={local_runner.ONE_CORE_XLA_FLAGS}"  # as the sweep's --parallel runs
 TOGETHER = ("at the same time, each pinned to its own core (`taskset`, one-core XLA flags), "
