@@ -115,31 +115,28 @@ def read_json(path):
     return None
 
 
-def _dump(path: str, obj) -> str:
-  tmp = files.temp_path(path)
-  try:
-    with open(tmp, "w", encoding="utf-8") as f:
-      json.dump(obj, f, indent=1, default=str, ensure_ascii=False)
-  except BaseException:  # a full disk, or an object json cannot write: no half file left
-    os.remove(tmp)
-    raise
-  return tmp
+def _json_text(obj) -> str:
+  return json.dumps(obj, indent=1, default=str, ensure_ascii=False)
 
 
 def _write_json(path, obj):
-  os.replace(_dump(path, obj), path)
+  files.write_text(path, _json_text(obj))
 
 
 def write_once(path: str, obj) -> bool:
   """Writes `obj` to `path` atomically unless `path` exists (then nothing); True if written."""
-  tmp = _dump(path, obj)
+  text = _json_text(obj)  # an object json cannot write fails here, before any file exists
+  tmp = files.temp_path(path)
   try:
+    with open(tmp, "w", encoding="utf-8") as f:
+      f.write(text)
     os.link(tmp, path)  # fails when `path` exists: a result is never replaced
     return True
   except FileExistsError:
     return False
   finally:
-    os.remove(tmp)
+    if os.path.exists(tmp):
+      os.remove(tmp)
 
 
 # ----------------------------------------------------------------------------- one run's record

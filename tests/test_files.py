@@ -166,6 +166,6 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
     files.write_bytes(path, "not bytes")  # fails inside the write, as a full disk would
   circular = []
   circular.append(circular)
-  with pytest.raises(ValueError, match="Circular"):  # json.dump fails after writing a part
+  with pytest.raises(ValueError, match="Circular"):  # an object json cannot write
     results_files.write_once(str(tmp_path / "result.json"), {"ok": 1, "circular": circular})
   assert files.read_text(path) == "old" and os.listdir(tmp_path) == ["config.json"]

@@ -132,10 +132,7 @@ def _write_lines(path: str, lines: Iterable[str]) -> None:
     sys.stdout.write(text)
     sys.stdout.flush()
     return
-  tmp = files.temp_path(path)
-  with open(tmp, "w", encoding="utf-8") as f:
-    f.write(text)
-  os.replace(tmp, path)
+  files.write_text(path, text)
 
 
 def translate_files(workdir: str, input_path: str, output_path: str, *, step: int | None = None,
