@@ -92,6 +92,9 @@ ROOM_RECIPES = {  # the two-core bfloat16 hour over-fits after ~7000 of its 1085
                       {"model.dtype": "bfloat16", "model.dropout_rate": 0.3,
                        "model.num_encoder_layers": 4, "model.num_decoder_layers": 4,
                        "model.pre_ln": True}),
+    "bf16_bpedrop": ("and BPE-dropout 0.1 on the training pairs, resampled each epoch (the "
+                     "documented dropout 0.2 and fixed segmentation otherwise)",
+                     {"model.dtype": "bfloat16", "data.bpe_dropout": 0.1}),
 }
 ONE_CORE = f"XLA_FLAGS={local_runner.ONE_CORE_XLA_FLAGS}"  # as the sweep's --parallel runs
 TOGETHER = ("at the same time, each pinned to its own core (`taskset`, one-core XLA flags), "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import os
 import pathlib
+import re
 import sys
 
 import numpy as np
@@ -200,9 +201,9 @@ def _assert_same(xs, ys):
       np.testing.assert_array_equal(x[k], y[k])
 
 
-@pytest.mark.parametrize("mode", ["bucket", "pack"])
-def test_resume_from_saved_state_gives_identical_batches(config, tok, mode):
-  c = _with(config, tokens_per_batch=4096, batch_mode=mode)
+@pytest.mark.parametrize("mode,bpe_dropout", [("bucket", 0.0), ("pack", 0.0), ("pack", 0.1)])
+def test_resume_from_saved_state_gives_identical_batches(config, tok, mode, bpe_dropout):
+  c = _with(config, tokens_per_batch=4096, batch_mode=mode, bpe_dropout=bpe_dropout)
   it = pipeline.make_train_iterator(c, tok, batch_multiple=2)
   n_epoch = len(it.planner.epoch_batches(0)[0])
   for _ in range(n_epoch - 3):  # stop just before an epoch boundary
@@ -213,6 +214,38 @@ def test_resume_from_saved_state_gives_identical_batches(config, tok, mode):
   fresh = pipeline.make_train_iterator(c, tok, batch_multiple=2)
   fresh.set_state(state)
   _assert_same([next(fresh) for _ in range(8)], expected)
+
+
+def test_bpe_dropout_samples_each_epoch_afresh_and_reproducibly(config, tok):
+  """data.bpe_dropout: a training pair's pieces differ between epochs, are the same for the same
+  epoch in another process (another SampledSegmentation, or one rebuilt from a pickle, as grain's
+  worker processes do), are finer than the fixed segmentation on the whole, and decode to the same text."""
+  import pickle  # pylint: disable=g-import-not-at-top  (what grain does to ship the assembler)
+  c = _with(config, bpe_dropout=0.1)
+  fixed = token_cache.tokenized_split(c, tok, "train")
+  seg = token_cache.SampledSegmentation(c, tok)
+  e0, e1 = seg(0), seg(1)
+  again = pickle.loads(pickle.dumps(token_cache.SampledSegmentation(c, tok)))(0)
+  for name in ("source_ids", "source_offsets", "target_ids", "target_offsets"):
+    np.testing.assert_array_equal(getattr(again, name), getattr(e0, name))
+  assert len(e0) == len(e1) == len(fixed)
+  assert not np.array_equal(e0.source_lengths, e1.source_lengths)
+  assert e0.target_lengths.sum() > 1.05 * fixed.target_lengths.sum()
+  for i in range(0, len(fixed), 97):
+    assert tok.decode(e0.source(i)) == tok.decode(fixed.source(i))
+    assert tok.decode(e1.target(i)) == tok.decode(fixed.target(i))
+  other_seed = c.copy_and_resolve_references()
+  other_seed.seed += 1
+  assert not np.array_equal(token_cache.SampledSegmentation(other_seed, tok)(0).source_ids[:5000],
+                            e0.source_ids[:5000])
+
+
+def test_bpe_dropout_needs_a_bpe_vocabulary(config):
+  from transformer_jax.config import ConfigError, validate  # pylint: disable=g-import-not-at-top
+  for bad, msg in (({"bpe_dropout": 0.1, "vocab_type": "unigram"}, "needs data.vocab_type='bpe'"),
+                   ({"bpe_dropout": 1.0}, "must be a rate in [0, 1)")):
+    with pytest.raises(ConfigError, match=re.escape(msg)):
+      validate(_with(config, **bad))
 
 
 def test_resume_through_an_orbax_checkpoint_manager(config, tok, tmp):

@@ -151,3 +151,50 @@ def test_a_state_from_another_plan_warns_on_the_console(capsys):
   make(4).set_state(state)
   err = capsys.readouterr().err
   assert err.startswith("warning: the checkpoint's data position was made for another batch plan")
+
+
+class _Resampled:
+  """A stand-in for token_cache.SampledSegmentation: another synthetic segmentation per epoch
+  (other lengths and tokens for the same example ids)."""
+
+  name = "resampled"
+
+  def __init__(self, n):
+    self.n, self.calls = n, collections.Counter()
+
+  def __call__(self, epoch):
+    self.calls[epoch] += 1
+    return _synthetic(self.n, seed=100 + epoch)
+
+
+@pytest.mark.parametrize("mode", ["bucket", "pack"])
+def test_resampled_segmentations_plan_and_fill_each_epoch_from_its_own_tokens(mode):
+  """BPE-dropout's plan: epoch e is planned on segmentation(e)'s lengths, and every example of a
+  batch (a packed batch reaching into the next epoch too) is filled from its own epoch's ids."""
+  n = 40
+  seg = _Resampled(n)
+  tok0 = _synthetic(n)
+  planner = _planner(tok0, mode, tokens_per_batch=4 * 32, row_multiple=1, segmentation=seg)
+  assembler = batching.BatchAssembler(tok0, segmentation=seg)
+  epoch, start, mixed = 0, 0, 0
+  while epoch < 4:
+    e0 = epoch
+    specs, epoch, start = planner.epoch_batches(epoch, start)
+    if mode == "bucket":
+      ids = np.concatenate([s.example_ids for s in specs])
+      assert sorted(ids.tolist()) == list(range(n))  # each pair once an epoch
+    for s in specs:
+      assert s.epochs is not None and set(s.epochs.tolist()) <= {e0, e0 + 1, e0 + 2}
+      mixed += len(set(s.epochs.tolist())) > 1
+      batch = assembler(s)
+      for r in range(s.num_rows):
+        in_row = s.rows == r
+        want = [seg(int(e)).source(int(i)) for i, e in zip(s.example_ids[in_row], s.epochs[in_row])]
+        want = np.concatenate(want) if want else np.zeros([0], np.int32)
+        np.testing.assert_array_equal(batch["inputs"][r][:len(want)], want)
+        assert (batch["inputs"][r][len(want):] == 0).all()
+        lengths = [len(seg(int(e)).target(int(i))) for i, e in zip(s.example_ids[in_row],
+                                                                   s.epochs[in_row])]
+        assert (batch["targets_segmentation"][r] > 0).sum() == sum(lengths)
+  assert mode == "bucket" or mixed  # the test reached a batch that spans two epochs
+  assert planner.fingerprint().endswith(":resampled")

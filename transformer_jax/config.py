@@ -81,6 +81,7 @@ def default_config() -> ml_collections.ConfigDict:
   d.target_lang = "de"
   d.tfds_data_dir = ""            # where TFDS keeps prepared ArrayRecord files
   d.vocab_type = "bpe"            # 'bpe' or 'unigram'
+  d.bpe_dropout = 0.0             # >0: BPE-dropout on training pairs, resampled per epoch (not paper)
   d.vocab_train_sentences = 2_000_000
   d.html_unescape = False
   d.skip_bad_utf8 = False
@@ -273,6 +274,10 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   d, t, dc = config.data, config.train, config.decode
   _choice("data.", "vocab_type", d.vocab_type, VOCAB_TYPES)
   _choice("data.", "batch_mode", d.batch_mode, BATCH_MODES)
+  _rate("data.", "bpe_dropout", d.bpe_dropout)
+  if d.bpe_dropout and d.vocab_type != "bpe":
+    raise ConfigError(f"config key 'data.bpe_dropout'={d.bpe_dropout} needs data.vocab_type='bpe', "
+                      f"not {d.vocab_type!r}")
   for name in ("max_source_len", "max_target_len", "tokens_per_batch", "eval_batch_size",
                "num_buckets"):
     _positive("data.", name, d[name])

@@ -58,6 +58,7 @@ class BatchSpec:
   num_rows: int
   source_len: int
   target_len: int
+  epochs: np.ndarray | None = None  # int32 [n]: whose sampled segmentation (None: the fixed one)
 
 
 def round_up(n, step: int = LENGTH_STEP):
@@ -146,10 +147,13 @@ def pack_rows(src_lengths: np.ndarray, tgt_lengths: np.ndarray, example_ids: np.
   return [rows[i] for i in rng.permutation(len(rows))]
 
 
-def _rows_spec(rows: list[list[int]], num_rows: int, source_len: int, target_len: int) -> BatchSpec:
+def _rows_spec(rows: list[list[int]], num_rows: int, source_len: int, target_len: int,
+               row_epochs: list[int] | None = None) -> BatchSpec:
+  sizes = [len(r) for r in rows]
   ids = np.fromiter((i for r in rows for i in r), np.int32)
-  row_of = np.repeat(np.arange(len(rows), dtype=np.int32), [len(r) for r in rows])
-  return BatchSpec(ids, row_of, num_rows, source_len, target_len)
+  row_of = np.repeat(np.arange(len(rows), dtype=np.int32), sizes)
+  epochs = None if row_epochs is None else np.repeat(np.asarray(row_epochs, np.int32), sizes)
+  return BatchSpec(ids, row_of, num_rows, source_len, target_len, epochs)
 
 
 class TrainPlanner:
@@ -158,11 +162,17 @@ class TrainPlanner:
   `epoch_batches(epoch, start_row)` gives the batches of an epoch (pack mode: starting at row
   `start_row`, the rows before it having gone into the previous epoch's last batch) and where the
   next epoch starts.
+
+  With a `segmentation` (BPE-dropout: a callable giving epoch e's TokenizedSplit, sampled afresh
+  per epoch), epoch e is planned on its own token lengths (pairs that no longer fit the max
+  lengths sit that epoch out) and each batch records the epoch of each example (BatchSpec.epochs)
+  for the assembler; the lengths given here then only size the fingerprint.
   """
 
   def __init__(self, src_lengths, tgt_lengths, example_ids, *, mode: str, seed: int,
                tokens_per_batch: int, max_source_len: int, max_target_len: int, row_multiple: int,
-               num_buckets: int = 8):
+               num_buckets: int = 8, segmentation=None):
+    self.segmentation = segmentation
     self.src_lengths, self.tgt_lengths = np.asarray(src_lengths), np.asarray(tgt_lengths)
     self.example_ids = np.asarray(example_ids, np.int32)
     self.mode, self.seed = mode, seed
@@ -178,7 +188,8 @@ class TrainPlanner:
     return (f"{self.mode}:{len(self.example_ids)}:{int(self.src_lengths.sum())}:"
             f"{int(self.tgt_lengths.sum())}:{self.seed}:{self.tokens_per_batch}:"
             f"{self.max_source_len}:{self.max_target_len}:{self.row_multiple}"
-            + (f":b{self.num_buckets}" if self.mode == "bucket" else ""))
+            + (f":b{self.num_buckets}" if self.mode == "bucket" else "")
+            + (f":{self.segmentation.name}" if self.segmentation is not None else ""))
 
   def batch_shapes(self) -> list[tuple[int, int, int]]:
     """Every (rows, source length, target length) a training batch can have: what compiles."""
@@ -189,10 +200,18 @@ class TrainPlanner:
              min(b, self.max_source_len), min(b, self.max_target_len))
             for b in bucket_lengths(longest, self.num_buckets)]
 
+  def _examples(self, epoch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(source lengths, target lengths, example ids to train on) of the epoch."""
+    if self.segmentation is None:
+      return self.src_lengths, self.tgt_lengths, self.example_ids
+    tok = self.segmentation(epoch)
+    keep = select_for_training(tok, self.max_source_len, self.max_target_len)
+    return tok.source_lengths, tok.target_lengths, keep
+
   def _epoch_rows(self, epoch: int) -> list[list[int]]:
     if epoch not in self._rows_cache:
       self._rows_cache[epoch] = pack_rows(
-          self.src_lengths, self.tgt_lengths, self.example_ids, source_len=self.max_source_len,
+          *self._examples(epoch), source_len=self.max_source_len,
           target_len=self.max_target_len, rng=epoch_rng(self.seed, epoch))
       while len(self._rows_cache) > 2:  # this epoch and the next one
         self._rows_cache.popitem(last=False)
@@ -200,23 +219,30 @@ class TrainPlanner:
 
   def epoch_batches(self, epoch: int, start_row: int = 0) -> tuple[list[BatchSpec], int, int]:
     """(batches, next epoch, its start row)."""
+    sampled = self.segmentation is not None
     if self.mode == "bucket":
-      specs = bucket_plan(self.src_lengths, self.tgt_lengths, self.example_ids,
+      specs = bucket_plan(*self._examples(epoch),
                           tokens_per_batch=self.tokens_per_batch, max_source_len=self.max_source_len,
                           max_target_len=self.max_target_len, row_multiple=self.row_multiple,
                           rng=epoch_rng(self.seed, epoch), num_buckets=self.num_buckets)
+      if sampled:
+        specs = [dataclasses.replace(s, epochs=np.full(len(s.example_ids), epoch, np.int32))
+                 for s in specs]
       return specs, epoch + 1, 0
     b, ls, lt = self.pack_rows_per_batch, self.max_source_len, self.max_target_len
     rows = self._epoch_rows(epoch)[start_row:]
-    specs = [_rows_spec(rows[i:i + b], b, ls, lt) for i in range(0, len(rows) - b + 1, b)]
+    specs = [_rows_spec(rows[i:i + b], b, ls, lt, [epoch] * b if sampled else None)
+             for i in range(0, len(rows) - b + 1, b)]
     tail = rows[len(rows) // b * b:]
+    tail_epochs = [epoch] * len(tail)
     next_epoch, next_row = epoch + 1, 0
     while tail:  # complete the last batch with the next epoch's first rows
       more = self._epoch_rows(next_epoch)
       take = min(b - len(tail), len(more))
       tail, next_row = tail + more[:take], take
+      tail_epochs += [next_epoch] * take
       if len(tail) == b:
-        specs.append(_rows_spec(tail, b, ls, lt))
+        specs.append(_rows_spec(tail, b, ls, lt, tail_epochs if sampled else None))
         break
       next_epoch += 1
     if next_row == len(self._epoch_rows(next_epoch)):
@@ -244,11 +270,12 @@ class BatchAssembler:
   """Turns a BatchSpec into one process's numpy batch (rows [p*n/P, (p+1)*n/P) of the global
   batch): 'inputs', 'targets', '*_segmentation', '*_position' int32 [rows, length]; with
   `example_index`, also 'example_index' [rows] (-1 for empty rows). Examples longer than the
-  padded length are cut, keeping EOS last (eval only; training plans never need it)."""
+  padded length are cut, keeping EOS last (eval only; training plans never need it). A spec
+  with `epochs` takes each example's ids from that epoch's `segmentation(epoch)` (BPE-dropout)."""
 
   def __init__(self, tokenized, *, process_index: int = 0, process_count: int = 1,
-               example_index: bool = False):
-    self.tokenized = tokenized
+               example_index: bool = False, segmentation=None):
+    self.tokenized, self.segmentation = tokenized, segmentation
     self.process_index, self.process_count = process_index, process_count
     self.example_index = example_index
 
@@ -257,13 +284,21 @@ class BatchAssembler:
     lo = self.process_index * n_local
     sel = (spec.rows >= lo) & (spec.rows < lo + n_local)
     ids_N, rows_N = spec.example_ids[sel], spec.rows[sel] - lo
-    tok = self.tokenized
+    if spec.epochs is None:
+      parts = [(self.tokenized, np.ones(len(ids_N), bool))]
+    else:  # rows are whole in one epoch, so the epochs' fills add up without overlap
+      epochs_N = spec.epochs[sel]
+      parts = [(self.segmentation(int(e)), epochs_N == e) for e in np.unique(epochs_N)]
     batch = {}
-    for name, flat, offsets, length in (
-        ("inputs", tok.source_ids, tok.source_offsets, spec.source_len),
-        ("targets", tok.target_ids, tok.target_offsets, spec.target_len)):
-      ids, seg, pos = _fill(flat, offsets, ids_N, rows_N, n_local, length)
-      batch[name], batch[f"{name}_segmentation"], batch[f"{name}_position"] = ids, seg, pos
+    for name, length in (("inputs", spec.source_len), ("targets", spec.target_len)):
+      arrays = [np.zeros([n_local, length], np.int32) for _ in range(3)]
+      for tok, in_N in parts:
+        flat, offsets = ((tok.source_ids, tok.source_offsets) if name == "inputs"
+                         else (tok.target_ids, tok.target_offsets))
+        for total, part in zip(arrays, _fill(flat, offsets, ids_N[in_N], rows_N[in_N], n_local,
+                                              length)):
+          total += part
+      batch[name], batch[f"{name}_segmentation"], batch[f"{name}_position"] = arrays
     if self.example_index:
       index_B = np.full([n_local], -1, np.int32)
       index_B[rows_N] = ids_N

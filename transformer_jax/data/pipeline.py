@@ -1,7 +1,8 @@
 """Stage 5, what training and evaluation call: the checkpointable train iterator, eval batches.
 
-Train: the split's token ids (token_cache) are filtered and planned epoch by epoch
-(batching.TrainPlanner: deterministic from config.seed and the epoch number). Each epoch is a
+Train: the split's token ids (token_cache; with data.bpe_dropout, sampled afresh each epoch) are
+filtered and planned epoch by epoch (batching.TrainPlanner: deterministic from config.seed and the
+epoch number). Each epoch is a
 ``grain.MapDataset`` over its plan, mapped by the BatchAssembler (gather, pad, stack) and read with
 grain's prefetching threads (or ``data.num_workers`` processes). The iterator's state is its
 position, ``{'epoch', 'start_row', 'batch'}``: ``get_state()/set_state()`` and orbax
@@ -112,16 +113,18 @@ def make_train_iterator(config, tokenizer, *, batch_multiple: int = 1, process_i
   d = config.data
   tokenized = token_cache.tokenized_split(config, tokenizer, "train")
   keep_N = batching.select_for_training(tokenized, d.max_source_len, d.max_target_len)
+  segmentation = token_cache.SampledSegmentation(config, tokenizer) if d.bpe_dropout else None
   planner = TrainPlanner(
       tokenized.source_lengths, tokenized.target_lengths, keep_N, mode=d.batch_mode,
       seed=config.seed, tokens_per_batch=d.tokens_per_batch, max_source_len=d.max_source_len,
       max_target_len=d.max_target_len, row_multiple=_row_multiple(batch_multiple, process_count),
-      num_buckets=d.num_buckets)
+      num_buckets=d.num_buckets, segmentation=segmentation)
   shapes = planner.batch_shapes()
   if process_index == 0:  # what compiles: one train step per batch shape
     print(f"training batches: {d.batch_mode} mode, {len(shapes)} shape(s) (rows x source x "
           f"target): {', '.join(f'{r}x{s}x{t}' for r, s, t in shapes)}", flush=True)
-  assembler = BatchAssembler(tokenized, process_index=process_index, process_count=process_count)
+  assembler = BatchAssembler(tokenized, process_index=process_index, process_count=process_count,
+                             segmentation=segmentation)
   read_options = grain.ReadOptions(num_threads=2, prefetch_buffer_size=8)
   return TrainBatchIterator(planner, assembler, read_options, num_workers=d.num_workers)
 

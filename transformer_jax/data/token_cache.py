@@ -3,16 +3,20 @@
 A split's cache lives next to the prepared TFDS data (``<cache_root>/token_cache/<dataset>/``),
 keyed by split, vocabulary hash and cleaning, written to a temp folder and renamed into place,
 and memory-mapped when read, so a run over a large corpus tokenizes it only once. Texts given
-directly (a test set read from files) are tokenized the same way, in memory.
+directly (a test set read from files) are tokenized the same way, in memory. With BPE-dropout
+(``data.bpe_dropout``), :class:`SampledSegmentation` tokenizes the training split afresh each
+epoch, in memory.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import itertools
 import os
 import shutil
 import tempfile
+import threading
 from typing import Iterable
 
 import numpy as np
@@ -82,14 +86,53 @@ def _concat_ragged(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarr
           np.concatenate([[0], np.cumsum(all_lengths)]).astype(np.int64))
 
 
-def tokenize_pairs(tokenizer, chunks: Iterable[tuple[list[str], list[str]]]) -> TokenizedSplit:
+def tokenize_pairs(tokenizer, chunks: Iterable[tuple[list[str], list[str]]], *,
+                   bpe_dropout: float = 0.0, seed: tuple[int, ...] = ()) -> TokenizedSplit:
   """Token ids of chunks of (source texts, target texts), converted into numpy chunk by chunk
-  (a WMT-size corpus never sits in Python lists)."""
+  (a WMT-size corpus never sits in Python lists). With bpe_dropout, a segmentation sampled
+  reproducibly from `seed` (each chunk and side its own stream)."""
   src_parts, tgt_parts = [], []
-  for s_chunk, t_chunk in chunks:
-    src_parts.append(_ragged(tokenizer.encode_batch(s_chunk)))
-    tgt_parts.append(_ragged(tokenizer.encode_batch(t_chunk)))
+  for k, (s_chunk, t_chunk) in enumerate(chunks):
+    for side, chunk, parts in ((0, s_chunk, src_parts), (1, t_chunk, tgt_parts)):
+      stream = int(np.random.SeedSequence([*seed, k, side]).generate_state(1)[0]) if bpe_dropout else 0
+      parts.append(_ragged(tokenizer.encode_batch(chunk, bpe_dropout=bpe_dropout, seed=stream)))
   return TokenizedSplit(*_concat_ragged(src_parts), *_concat_ragged(tgt_parts))
+
+
+class SampledSegmentation:
+  """BPE-dropout for training (Provilkov et al. 2020): `self(epoch)` is the training split
+  tokenized with each BPE merge skipped with probability data.bpe_dropout, sampled afresh for
+  each epoch and the same on every process and every resume (seeded by config.seed and the
+  epoch). Evaluation and decoding keep the fixed segmentation. The last few epochs are kept in
+  memory; worker processes (data.num_workers) rebuild them from the config."""
+
+  KEEP = 3  # the epoch being read, the next one a packed batch reaches into, one spare
+
+  def __init__(self, config, tokenizer):
+    self.config, self.tokenizer = config, tokenizer
+    self.bpe_dropout, self.seed = float(config.data.bpe_dropout), int(config.seed)
+    self.name = f"bpe_dropout{self.bpe_dropout:g}"  # joins the batch plan's fingerprint
+    self._epochs: collections.OrderedDict[int, TokenizedSplit] = collections.OrderedDict()
+    self._lock = threading.Lock()
+
+  def __call__(self, epoch: int) -> TokenizedSplit:
+    with self._lock:
+      if epoch not in self._epochs:
+        logging.info("BPE-dropout %g: sampling the training split's segmentation for epoch %d",
+                     self.bpe_dropout, epoch)
+        self._epochs[epoch] = tokenize_pairs(
+            self.tokenizer, sources.split_source(self.config, "train").chunks(),
+            bpe_dropout=self.bpe_dropout, seed=(self.seed, epoch))
+        while len(self._epochs) > self.KEEP:
+          self._epochs.popitem(last=False)
+      return self._epochs[epoch]
+
+  def __getstate__(self):
+    return {"config": self.config, "model_proto": self.tokenizer.model_proto}
+
+  def __setstate__(self, state):
+    from transformer_jax.data.tokenizer import Tokenizer  # pylint: disable=g-import-not-at-top
+    self.__init__(state["config"], Tokenizer(state["model_proto"]))
 
 
 def tokenized_texts(tokenizer, source_texts: list[str], target_texts: list[str]) -> TokenizedSplit:

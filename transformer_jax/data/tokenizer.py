@@ -13,6 +13,7 @@ import hashlib
 import io
 import os
 import re
+import threading
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -25,6 +26,7 @@ from transformer_jax.data import DataError
 from transformer_jax.special_ids import EOS_ID, PAD_ID, UNK_ID
 
 VOCAB_SUBDIR, MODEL_NAME = "vocab", "spm.model"
+_SAMPLING = threading.Lock()  # SentencePiece's sampling seed is one process-wide setting
 _TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)")
 
 
@@ -56,9 +58,19 @@ class Tokenizer:
   def encode_with_eos(self, text: str) -> list[int]:
     return self._sp.encode(text) + [EOS_ID]
 
-  def encode_batch(self, texts: Sequence[str], num_threads: int = -1) -> list[list[int]]:
-    """Token ids of many texts (no EOS), encoded by SentencePiece's thread pool."""
-    return self._sp.encode(list(texts), num_threads=num_threads)
+  def encode_batch(self, texts: Sequence[str], num_threads: int = -1, *, bpe_dropout: float = 0.0,
+                   seed: int = 0) -> list[list[int]]:
+    """Token ids of many texts (no EOS), encoded by SentencePiece's thread pool.
+
+    With bpe_dropout > 0 (BPE models), a sampled segmentation: each merge is skipped with that
+    probability (BPE-dropout, Provilkov et al. 2020), reproducibly for a given uint32 `seed`: the
+    batch runs on one fresh SentencePiece thread, whose generator starts from the seed.
+    """
+    if not bpe_dropout:
+      return self._sp.encode(list(texts), num_threads=num_threads)
+    with _SAMPLING:
+      spm.set_random_generator_seed(seed)
+      return self._sp.encode(list(texts), enable_sampling=True, alpha=bpe_dropout, num_threads=1)
 
   def decode(self, ids: Sequence[int] | np.ndarray) -> str:
     """Text of ids up to (not including) the first EOS or pad."""
