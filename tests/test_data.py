@@ -219,7 +219,8 @@ def test_resume_from_saved_state_gives_identical_batches(config, tok, mode, bpe_
 def test_bpe_dropout_samples_each_epoch_afresh_and_reproducibly(config, tok):
   """data.bpe_dropout: a training pair's pieces differ between epochs, are the same for the same
   epoch in another process (another SampledSegmentation, or one rebuilt from a pickle, as grain's
-  worker processes do), are finer than the fixed segmentation on the whole, and decode to the same text."""
+  worker processes do), are finer than the fixed segmentation on the whole, and decode to the same
+  text; with data.bpe_dropout_target False the targets keep the fixed segmentation."""
   import pickle  # pylint: disable=g-import-not-at-top  (what grain does to ship the assembler)
   c = _with(config, bpe_dropout=0.1)
   fixed = token_cache.tokenized_split(c, tok, "train")
@@ -238,6 +239,10 @@ def test_bpe_dropout_samples_each_epoch_afresh_and_reproducibly(config, tok):
   other_seed.seed += 1
   assert not np.array_equal(token_cache.SampledSegmentation(other_seed, tok)(0).source_ids[:5000],
                             e0.source_ids[:5000])
+  source_only = token_cache.SampledSegmentation(_with(c, bpe_dropout_target=False), tok)(0)
+  np.testing.assert_array_equal(source_only.source_ids, e0.source_ids)  # the same source draw
+  np.testing.assert_array_equal(source_only.target_ids, fixed.target_ids)
+  np.testing.assert_array_equal(source_only.target_offsets, fixed.target_offsets)
 
 
 def test_bpe_dropout_needs_a_bpe_vocabulary(config):

@@ -81,7 +81,9 @@ def default_config() -> ml_collections.ConfigDict:
   d.target_lang = "de"
   d.tfds_data_dir = ""            # where TFDS keeps prepared ArrayRecord files
   d.vocab_type = "bpe"            # 'bpe' or 'unigram'
-  d.bpe_dropout = 0.0             # >0: BPE-dropout on training pairs, resampled per epoch (not paper)
+  d.bpe_dropout = 0.0             # >0: BPE-dropout (not in the paper): training pairs
+                                  # re-segmented each epoch in memory (small corpora)
+  d.bpe_dropout_target = True     # False: BPE-dropout on the source side only
   d.vocab_train_sentences = 2_000_000
   d.html_unescape = False
   d.skip_bad_utf8 = False

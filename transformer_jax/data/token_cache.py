@@ -87,38 +87,43 @@ def _concat_ragged(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarr
 
 
 def tokenize_pairs(tokenizer, chunks: Iterable[tuple[list[str], list[str]]], *,
-                   bpe_dropout: float = 0.0, seed: tuple[int, ...] = ()) -> TokenizedSplit:
+                   bpe_dropout: tuple[float, float] = (0.0, 0.0),
+                   seed: tuple[int, ...] = ()) -> TokenizedSplit:
   """Token ids of chunks of (source texts, target texts), converted into numpy chunk by chunk
-  (a WMT-size corpus never sits in Python lists). With bpe_dropout, a segmentation sampled
-  reproducibly from `seed` (each chunk and side its own stream)."""
+  (a WMT-size corpus never sits in Python lists). A side with a BPE-dropout rate in
+  `bpe_dropout` (source, target) gets a segmentation sampled reproducibly from `seed` (each chunk
+  and side its own stream)."""
   src_parts, tgt_parts = [], []
   for k, (s_chunk, t_chunk) in enumerate(chunks):
     for side, chunk, parts in ((0, s_chunk, src_parts), (1, t_chunk, tgt_parts)):
-      stream = int(np.random.SeedSequence([*seed, k, side]).generate_state(1)[0]) if bpe_dropout else 0
-      parts.append(_ragged(tokenizer.encode_batch(chunk, bpe_dropout=bpe_dropout, seed=stream)))
+      rate = bpe_dropout[side]
+      stream = int(np.random.SeedSequence([*seed, k, side]).generate_state(1)[0]) if rate else 0
+      parts.append(_ragged(tokenizer.encode_batch(chunk, bpe_dropout=rate, seed=stream)))
   return TokenizedSplit(*_concat_ragged(src_parts), *_concat_ragged(tgt_parts))
 
 
 class SampledSegmentation:
   """BPE-dropout for training (Provilkov et al. 2020): `self(epoch)` is the training split
-  tokenized with each BPE merge skipped with probability data.bpe_dropout, sampled afresh for
-  each epoch and the same on every process and every resume (seeded by config.seed and the
-  epoch). Evaluation and decoding keep the fixed segmentation. The last few epochs are kept in
+  tokenized with each BPE merge skipped with probability data.bpe_dropout (on the source side
+  only with data.bpe_dropout_target False), sampled afresh for each epoch and the same on every
+  process and every resume (seeded by config.seed and the epoch). Evaluation and decoding keep the fixed segmentation. The last few epochs are kept in
   memory; worker processes (data.num_workers) rebuild them from the config."""
 
   KEEP = 3  # the epoch being read, the next one a packed batch reaches into, one spare
 
   def __init__(self, config, tokenizer):
     self.config, self.tokenizer = config, tokenizer
-    self.bpe_dropout, self.seed = float(config.data.bpe_dropout), int(config.seed)
-    self.name = f"bpe_dropout{self.bpe_dropout:g}"  # joins the batch plan's fingerprint
+    p = float(config.data.bpe_dropout)
+    self.bpe_dropout = (p, p if config.data.bpe_dropout_target else 0.0)  # (source, target)
+    self.seed = int(config.seed)
+    self.name = "bpe_dropout{:g}/{:g}".format(*self.bpe_dropout)  # joins the plan's fingerprint
     self._epochs: collections.OrderedDict[int, TokenizedSplit] = collections.OrderedDict()
     self._lock = threading.Lock()
 
   def __call__(self, epoch: int) -> TokenizedSplit:
     with self._lock:
       if epoch not in self._epochs:
-        logging.info("BPE-dropout %g: sampling the training split's segmentation for epoch %d",
+        logging.info("BPE-dropout %s: sampling the training split's segmentation for epoch %d",
                      self.bpe_dropout, epoch)
         self._epochs[epoch] = tokenize_pairs(
             self.tokenizer, sources.split_source(self.config, "train").chunks(),
