@@ -4,9 +4,9 @@ Train: the split's token ids (token_cache; with data.bpe_dropout, sampled afresh
 filtered and planned epoch by epoch (batching.TrainPlanner: deterministic from config.seed and the
 epoch number). Each epoch is a ``grain.MapDataset`` over its plan, mapped by the BatchAssembler
 (gather, pad, stack) and read with grain's prefetching threads (or ``data.num_workers``
-processes). The iterator's state is its
-position, ``{'epoch', 'start_row', 'batch'}``: ``get_state()/set_state()`` and orbax
-``grain.checkpoint.CheckpointSave/CheckpointRestore`` resume exactly where a run stopped.
+processes). The iterator's state is its position, ``{'epoch', 'start_row', 'batch'}``:
+``get_state()/set_state()`` and orbax ``grain.checkpoint.CheckpointSave/CheckpointRestore``
+resume exactly where a run stopped.
 
 Batches are dicts of int32 numpy arrays: 'inputs' [B, Ls], 'targets' [B, Lt] (ids ending in EOS,
 pad 0), 'inputs_segmentation'/'targets_segmentation' (1, 2, ... per packed example; 0 at pad),

@@ -106,8 +106,9 @@ class SampledSegmentation:
   """BPE-dropout for training (Provilkov et al. 2020): `self(epoch)` is the training split
   tokenized with each BPE merge skipped with probability data.bpe_dropout (on the source side
   only with data.bpe_dropout_target False), sampled afresh for each epoch and the same on every
-  process and every resume (seeded by config.seed and the epoch). Evaluation and decoding keep the fixed segmentation. The last few epochs are kept in
-  memory; worker processes (data.num_workers) rebuild them from the config."""
+  process and every resume (seeded by config.seed and the epoch). Evaluation and decoding keep
+  the fixed segmentation. The last few epochs are kept in memory; worker processes
+  (data.num_workers) rebuild them from the config."""
 
   KEEP = 3  # the epoch being read, the next one a packed batch reaches into, one spare
 
