@@ -218,15 +218,15 @@ def test_resume_from_saved_state_gives_identical_batches(config, tok, mode, bpe_
 
 def test_bpe_dropout_samples_each_epoch_afresh_and_reproducibly(config, tok):
   """data.bpe_dropout: a training pair's pieces differ between epochs, are the same for the same
-  epoch in another process (another SampledSegmentation, or one rebuilt from a pickle, as grain's
+  epoch in another process (another SampledSegmentation, or one rebuilt from its state, as grain's
   worker processes do), are finer than the fixed segmentation on the whole, and decode to the same
   text; with data.bpe_dropout_target False the targets keep the fixed segmentation."""
-  import pickle  # pylint: disable=g-import-not-at-top  (what grain does to ship the assembler)
+  import copy  # pylint: disable=g-import-not-at-top  (__getstate__/__setstate__, as grain ships it)
   c = _with(config, bpe_dropout=0.1)
   fixed = token_cache.tokenized_split(c, tok, "train")
   seg = token_cache.SampledSegmentation(c, tok)
   e0, e1 = seg(0), seg(1)
-  again = pickle.loads(pickle.dumps(token_cache.SampledSegmentation(c, tok)))(0)
+  again = copy.deepcopy(token_cache.SampledSegmentation(c, tok))(0)
   for name in ("source_ids", "source_offsets", "target_ids", "target_offsets"):
     np.testing.assert_array_equal(getattr(again, name), getattr(e0, name))
   assert len(e0) == len(e1) == len(fixed)

@@ -285,19 +285,16 @@ class BatchAssembler:
     sel = (spec.rows >= lo) & (spec.rows < lo + n_local)
     ids_N, rows_N = spec.example_ids[sel], spec.rows[sel] - lo
     if spec.epochs is None:
-      parts = [(self.tokenized, np.ones(len(ids_N), bool))]
+      parts = [(self.tokenized, slice(None))]
     else:  # rows are whole in one epoch, so the epochs' fills add up without overlap
       epochs_N = spec.epochs[sel]
       parts = [(self.segmentation(int(e)), epochs_N == e) for e in np.unique(epochs_N)]
     batch = {}
     for name, length in (("inputs", spec.source_len), ("targets", spec.target_len)):
-      arrays = [np.zeros([n_local, length], np.int32) for _ in range(3)]
-      for tok, in_N in parts:
-        flat, offsets = ((tok.source_ids, tok.source_offsets) if name == "inputs"
-                         else (tok.target_ids, tok.target_offsets))
-        for total, part in zip(arrays, _fill(flat, offsets, ids_N[in_N], rows_N[in_N], n_local,
-                                              length)):
-          total += part
+      fills = [_fill(*((tok.source_ids, tok.source_offsets) if name == "inputs"
+                       else (tok.target_ids, tok.target_offsets)),
+                     ids_N[in_N], rows_N[in_N], n_local, length) for tok, in_N in parts]
+      arrays = fills[0] if len(fills) == 1 else [sum(x) for x in zip(*fills)]
       batch[name], batch[f"{name}_segmentation"], batch[f"{name}_position"] = arrays
     if self.example_index:
       index_B = np.full([n_local], -1, np.int32)

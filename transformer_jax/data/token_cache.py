@@ -120,14 +120,17 @@ class SampledSegmentation:
     self.name = "bpe_dropout{:g}/{:g}".format(*self.bpe_dropout)  # joins the plan's fingerprint
     self._epochs: collections.OrderedDict[int, TokenizedSplit] = collections.OrderedDict()
     self._lock = threading.Lock()
+    self._source = None  # the training split's records, opened once on first use
 
   def __call__(self, epoch: int) -> TokenizedSplit:
     with self._lock:
       if epoch not in self._epochs:
         logging.info("BPE-dropout %s: sampling the training split's segmentation for epoch %d",
                      self.bpe_dropout, epoch)
+        if self._source is None:
+          self._source = sources.split_source(self.config, "train")
         self._epochs[epoch] = tokenize_pairs(
-            self.tokenizer, sources.split_source(self.config, "train").chunks(),
+            self.tokenizer, self._source.chunks(),
             bpe_dropout=self.bpe_dropout, seed=(self.seed, epoch))
         while len(self._epochs) > self.KEEP:
           self._epochs.popitem(last=False)
