@@ -104,6 +104,14 @@ ROOM_RECIPES = {  # the two-core bfloat16 hour over-fits after ~7000 of its 1085
                          "between 0.5 and 1.0)",
                          {"model.dtype": "bfloat16", "model.dropout_rate": 0.3,
                           "train.learning_rate_scale": 0.7}),
+    "bf16_tiny": ("the float32 hour's small-model recipe (d_model 128, 4 heads of 32, d_ff 256, "
+                  "4 + 4 layers, dropout 0.3, 4096 tokens, warmup 2000, scale 2.5), whose dev "
+                  "perplexity was still falling steeply at the end of its hour, in bfloat16",
+                  {"model.dtype": "bfloat16", "model.d_model": 128, "model.num_heads": 4,
+                   "model.d_k": 32, "model.d_v": 32, "model.d_ff": 256,
+                   "model.num_encoder_layers": 4, "model.num_decoder_layers": 4,
+                   "model.dropout_rate": 0.3, "data.tokens_per_batch": 4096,
+                   "train.warmup_steps": 2000, "train.learning_rate_scale": 2.5}),
 }
 ONE_CORE = f"XLA_FLAGS={local_runner.ONE_CORE_XLA_FLAGS}"  # as the sweep's --parallel runs
 TOGETHER = ("at the same time, each pinned to its own core (`taskset`, one-core XLA flags), "
