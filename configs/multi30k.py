@@ -39,10 +39,10 @@ How and why it differs from the paper's base model:
   40.69 against 40.53 (noise), test2016 39.04 against 39.66 (experiments/results/
   multi30k_bf16_hour.md; on one core, where the hour is short of updates, it gained +0.96 dev:
   multi30k_bf16.md). Dropout 0.3 on top of it (+0.11 dev, noise), and with it d_ff 2048, 4 + 4
-  layers (post-LN: does not train at this warmup and rate; pre-LN: lowest dev perplexity, -0.34
+  layers (post-LN: does not train at this warmup and rate; pre-LN: low dev perplexity, -0.34
   dev BLEU, noise), dropout 0.1 on the attention weights and ReLU outputs or BPE-dropout 0.1
   (`data.bpe_dropout`; both sides or the source only: worse), learning-rate scale 0.7 or a
-  small model (d_model 128, 4 + 4 layers, 4096 tokens: lowest dev perplexity, -0.63 dev BLEU)
+  small model (d_model 128, 4 + 4 layers, 4096 tokens: lowest dev perplexity, -0.62 dev BLEU)
   do not change that (multi30k_room.md).
 Unchanged: post-LN, sinusoidal positions, tied embeddings x sqrt(d_model), Adam(0.9, 0.98,
 1e-9) with the inverse-square-root schedule, label smoothing 0.1, beam 4, alpha 0.6.
