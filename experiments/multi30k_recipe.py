@@ -73,25 +73,23 @@ DTYPE_RECIPES = {
     "bf16": ("bfloat16 compute (float32 parameters, accumulation, softmax, LayerNorm statistics "
              "and loss)", {"model.dtype": "bfloat16"}),
 }
+BF16_DROP03 = {"model.dtype": "bfloat16", "model.dropout_rate": 0.3}  # the room pilot's best
 ROOM_RECIPES = {  # the two-core bfloat16 hour over-fits after ~7000 of its 10855 steps
     "bf16": ("bfloat16 compute, the documented recipe otherwise (the two-core hour of "
              "results/multi30k_bf16_hour.md)", {"model.dtype": "bfloat16"}),
-    "bf16_drop03": ("and dropout 0.3 (the documented 0.2)",
-                    {"model.dtype": "bfloat16", "model.dropout_rate": 0.3}),
+    "bf16_drop03": ("and dropout 0.3 (the documented 0.2)", BF16_DROP03),
     "bf16_ff2048": ("and dropout 0.3 with d_ff 2048 (the documented 1024; ~1.4x the FLOPs a step)",
-                    {"model.dtype": "bfloat16", "model.dropout_rate": 0.3, "model.d_ff": 2048}),
+                    {**BF16_DROP03, "model.d_ff": 2048}),
     "bf16_n4": ("and dropout 0.3 with 4 + 4 layers (the documented 3 + 3; ~1.33x the FLOPs a step)",
-                {"model.dtype": "bfloat16", "model.dropout_rate": 0.3,
-                 "model.num_encoder_layers": 4, "model.num_decoder_layers": 4}),
+                {**BF16_DROP03, "model.num_encoder_layers": 4, "model.num_decoder_layers": 4}),
     "bf16_attn": ("and dropout 0.3 with dropout 0.1 on the attention weights and the ReLU "
                   "outputs (tensor2tensor's later default; the documented 0)",
-                  {"model.dtype": "bfloat16", "model.dropout_rate": 0.3,
-                   "model.attention_dropout_rate": 0.1, "model.relu_dropout_rate": 0.1}),
+                  {**BF16_DROP03, "model.attention_dropout_rate": 0.1,
+                   "model.relu_dropout_rate": 0.1}),
     "bf16_n4_preln": ("and dropout 0.3 with 4 + 4 layers, pre-LN (post-LN 4 + 4 does not train at "
                       "the hour's warmup and rate; pre-LN does, in a 1000-step check)",
-                      {"model.dtype": "bfloat16", "model.dropout_rate": 0.3,
-                       "model.num_encoder_layers": 4, "model.num_decoder_layers": 4,
-                       "model.pre_ln": True}),
+                      {**BF16_DROP03, "model.num_encoder_layers": 4,
+                       "model.num_decoder_layers": 4, "model.pre_ln": True}),
     "bf16_bpedrop": ("and BPE-dropout 0.1 on the training pairs, resampled each epoch (the "
                      "documented dropout 0.2 and fixed segmentation otherwise)",
                      {"model.dtype": "bfloat16", "data.bpe_dropout": 0.1}),
@@ -102,8 +100,7 @@ ROOM_RECIPES = {  # the two-core bfloat16 hour over-fits after ~7000 of its 1085
     "bf16_drop03_lr07": ("and dropout 0.3 with learning-rate scale 0.7 (the documented 0.5; "
                          "dropout 0.3 starts slower, and 0.7 is the one rate left unmeasured "
                          "between 0.5 and 1.0)",
-                         {"model.dtype": "bfloat16", "model.dropout_rate": 0.3,
-                          "train.learning_rate_scale": 0.7}),
+                         {**BF16_DROP03, "train.learning_rate_scale": 0.7}),
     "bf16_tiny": ("the float32 hour's small-model recipe (d_model 128, 4 heads of 32, d_ff 256, "
                   "4 + 4 layers, dropout 0.3, 4096 tokens, warmup 2000, scale 2.5), whose dev "
                   "perplexity was still falling steeply at the end of its hour, in bfloat16",
