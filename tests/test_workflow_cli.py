@@ -125,6 +125,34 @@ def test_eval_honours_decode_overrides_and_rejects_model_ones(workdir):
   assert last.startswith("error: --config.model.num_heads cannot change"), last
 
 
+def test_ensembles_evaluate_and_translate_and_need_one_vocabulary(workdir, tmp_path):
+  """--ensemble decodes with other workdirs' models (decode.ensemble_step_fn, tested in
+  test_decode): the report names the members and has no one-model perplexity; a member with
+  another vocabulary is one error line."""
+  import shutil  # pylint: disable=g-import-not-at-top
+  twin = tmp_path / "twin"
+  for sub in ("checkpoints", "vocab"):
+    shutil.copytree(os.path.join(workdir, sub), twin / sub)
+  result = _main("--mode=eval", f"--workdir={workdir}", "--split=validation", "--bleu_sentences=20",
+                 "--average=2", f"--ensemble={twin}")
+  assert result.returncode == 0, result.stderr.decode()[-2000:]
+  folder = os.path.join(workdir, "eval")
+  [name] = [f for f in os.listdir(folder) if f.startswith("validation_step4_avg2_ensemble-twin-")
+            and f.endswith("_bleu20.json")]
+  report = json.load(open(os.path.join(folder, name)))
+  assert report["ensemble"] == [{"workdir": str(twin), "step": 4, "averaged_checkpoints": 2}]
+  assert "perplexity" not in report and report["sentences"] == 20 and "sacrebleu" in report
+  result = _main("--mode=translate", f"--workdir={workdir}", f"--ensemble={twin}",
+                 stdin=b"A man rides a bike.\nTwo dogs.\n")
+  assert result.returncode == 0, result.stderr.decode()[-2000:]
+  assert len(result.stdout.decode().split("\n")) == 3
+  (twin / "vocab" / "spm.model").write_bytes(b"another vocabulary")
+  result = _main("--mode=eval", f"--workdir={workdir}", f"--ensemble={twin}")
+  assert result.returncode == 2
+  last = result.stderr.decode().strip().splitlines()[-1]
+  assert last.startswith(f"error: --ensemble={twin}: its vocabulary") and "share one" in last, last
+
+
 def test_eval_on_any_parallel_files_with_comparison(workdir, tmp_path):
   import gzip  # pylint: disable=g-import-not-at-top
   src, ref = tmp_path / "set.en", tmp_path / "set.de.gz"

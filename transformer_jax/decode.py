@@ -10,6 +10,10 @@ Output length limit (paper §6.1: "input length + 50"): sentence b may emit at m
 the buffer of a batch is S + max_extra_len (S = padded source width). Sinusoidal positions are
 computed for the whole buffer, whatever `model.max_len` says; only a learned positional table
 (Table 3 row E) caps the buffer at its `max_len` rows.
+
+Ensembles (not in the paper; fairseq's and tensor2tensor's decoders have them): several models
+with one vocabulary decode together, each over its own cache, and the search extends hypotheses
+by the mean of the members' next-token probabilities (`ensemble_step_fn`).
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from transformer_jax import beam_search
 from transformer_jax.config import ModelConfig
 from transformer_jax.model import Transformer, unstack_layers
 from transformer_jax.special_ids import EOS_ID, PAD_ID
+
+Models = ModelConfig | tuple[ModelConfig, ...]  # one model, or an ensemble's members
 
 
 def buffer_length(model_cfg: ModelConfig, source_width: int, max_extra_len: int) -> int:
@@ -71,30 +77,55 @@ def make_step_fn(model_cfg: ModelConfig, params, encoded_NxSxD, inputs_NxS, max_
   return step_fn
 
 
+def ensemble_step_fn(step_fns) -> beam_search.StepFn:
+  """One `beam_search.StepFn` for several models, each stepping over its own cache (the cache is
+  the tuple of theirs): log of the mean of their next-token probabilities, as fairseq's
+  EnsembleModel (a mean of probabilities, not of log-probabilities, so that one member's
+  confident choice is not vetoed by another's near-zero)."""
+  def step_fn(ids_Nx1, position, caches):
+    logprobs, new_caches = [], []
+    for fn, cache in zip(step_fns, caches):
+      logits_NxV, cache = fn(ids_Nx1, position, cache)
+      logprobs.append(jax.nn.log_softmax(logits_NxV.astype(jnp.float32), axis=-1))
+      new_caches.append(cache)
+    mean_NxV = jax.nn.logsumexp(jnp.stack(logprobs), axis=0) - np.log(len(step_fns))
+    return mean_NxV, tuple(new_caches)
+  return step_fn
+
+
 def encode(model_cfg: ModelConfig, params, inputs_BxS):
   return Transformer(model_cfg).apply({"params": params}, inputs_BxS, method=Transformer.encode)
 
 
-def beam_decode(model_cfg: ModelConfig, params, inputs_BxS, *, beam_size: int = 4,
-                alpha: float = 0.6, max_extra_len: int = 50,
-                stop_early: bool = True) -> beam_search.BeamResult:
+def beam_decode(model_cfg: Models, params, inputs_BxS, *, beam_size: int = 4, alpha: float = 0.6,
+                max_extra_len: int = 50, stop_early: bool = True) -> beam_search.BeamResult:
   """Pure (jit-able) beam search: BeamResult(seqs [B, K, L], scores [B, K], steps), best first.
-  A scan_layers model decodes as its unrolled equivalent (one cache layout for beam search)."""
-  model_cfg, params = unstack_layers(model_cfg, params)
-  max_len = buffer_length(model_cfg, inputs_BxS.shape[1], max_extra_len)
-  encoded_BxSxD = encode(model_cfg, params, inputs_BxS)
-  encoded_NxSxD, inputs_NxS = beam_search.expand_to_beams((encoded_BxSxD, inputs_BxS), beam_size)
-  # The cache is made for the B*K rows directly (the head-major self-attention buffers have
-  # their rows on axis 1; the cross-attention keys/values are projected for each beam's row).
-  cache = init_cache(model_cfg, params, encoded_NxSxD, inputs_NxS, max_len, beam_size)
-  step_fn = make_step_fn(model_cfg, params, encoded_NxSxD, inputs_NxS, max_len, beam_size)
+  A scan_layers model decodes as its unrolled equivalent (one cache layout for beam search).
+  `model_cfg` and `params` may be equally long tuples: an ensemble (ensemble_step_fn) whose
+  members share the vocabulary; its output buffer is the shortest any member allows."""
+  ensemble = isinstance(model_cfg, tuple)
+  members = [unstack_layers(c, p) for c, p in (zip(model_cfg, params) if ensemble
+                                                else [(model_cfg, params)])]
+  max_len = min(buffer_length(c, inputs_BxS.shape[1], max_extra_len) for c, _ in members)
+  caches, step_fns = [], []
+  for cfg, p in members:
+    encoded_BxSxD = encode(cfg, p, inputs_BxS)
+    encoded_NxSxD, inputs_NxS = beam_search.expand_to_beams((encoded_BxSxD, inputs_BxS), beam_size)
+    # The cache is made for the B*K rows directly (the head-major self-attention buffers have
+    # their rows on axis 1; the cross-attention keys/values are projected for each beam's row).
+    caches.append(init_cache(cfg, p, encoded_NxSxD, inputs_NxS, max_len, beam_size))
+    step_fns.append(make_step_fn(cfg, p, encoded_NxSxD, inputs_NxS, max_len, beam_size))
+  if ensemble:
+    cache, step_fn = tuple(caches), ensemble_step_fn(step_fns)
+  else:
+    cache, step_fn = caches[0], step_fns[0]
   limit_B = output_limits(inputs_BxS, max_extra_len, max_len)
   return beam_search.beam_search(step_fn, cache, limit_B, beam_size=beam_size, alpha=alpha,
                                  max_len=max_len, stop_early=stop_early)
 
 
 @functools.lru_cache(maxsize=None)
-def jitted_beam_decode(model_cfg: ModelConfig, beam_size: int, alpha: float, max_extra_len: int,
+def jitted_beam_decode(model_cfg: Models, beam_size: int, alpha: float, max_extra_len: int,
                        stop_early: bool = True):
   """`beam_decode` jitted for these settings (jax keeps one executable per input shape)."""
   return jax.jit(functools.partial(beam_decode, model_cfg, beam_size=beam_size, alpha=alpha,
@@ -102,7 +133,7 @@ def jitted_beam_decode(model_cfg: ModelConfig, beam_size: int, alpha: float, max
 
 
 @functools.lru_cache(maxsize=None)
-def sharded_beam_decode(model_cfg: ModelConfig, beam_size: int, alpha: float, max_extra_len: int,
+def sharded_beam_decode(model_cfg: Models, beam_size: int, alpha: float, max_extra_len: int,
                         mesh):
   """`beam_decode` for batches split over the mesh's data-parallel axes: each device searches its
   own sentences (parameters as placed, weights gathered per sharding.INFERENCE_RULES); the
@@ -121,11 +152,11 @@ def sharded_beam_decode(model_cfg: ModelConfig, beam_size: int, alpha: float, ma
   return run
 
 
-def translate_batch(model_cfg: ModelConfig, params, inputs_BxS, *, beam_size: int = 4,
+def translate_batch(model_cfg: Models, params, inputs_BxS, *, beam_size: int = 4,
                     alpha: float = 0.6, max_extra_len: int = 50, mesh=None) -> jnp.ndarray:
-  """The best beam-search hypothesis per sentence: int32 [B, L], EOS-terminated, zero padded.
-  With a mesh, the B rows (a multiple of its data-parallel size, the same on every process) are
-  decoded split over it."""
+  """The best beam-search hypothesis per sentence: int32 [B, L], EOS-terminated, zero padded
+  (tuples of configs and parameters: an ensemble, as beam_decode). With a mesh, the B rows (a
+  multiple of its data-parallel size, the same on every process) are decoded split over it."""
   if mesh is None:
     fn = jitted_beam_decode(model_cfg, beam_size, float(alpha), max_extra_len)
     inputs_BxS = jnp.asarray(inputs_BxS, jnp.int32)

@@ -19,11 +19,16 @@ per set, in `WORKDIR/eval/`:
 - `... .json`: the report: metrics, signatures, decode settings, timing, and with `compare`, the
   paired bootstrap against the other system;
 and, for several sets, `summary_step<N>[...].md`, one row per set.
+
+With `ensemble` (`--ensemble=OTHER,...`), the other workdirs' models decode together with
+WORKDIR's (decode.ensemble_step_fn): the report names them, its file names carry
+`_ensemble-<their names>`, and it has no teacher-forced metrics (each member's own report has).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -80,8 +85,11 @@ class Evaluator:
   """Scores parameters on one EvalSet; the teacher-forced step is compiled once."""
 
   def __init__(self, config: ml_collections.ConfigDict, tok, mesh, eval_set: EvalSet,
-               params_sharding=None):
+               params_sharding=None, ensemble=()):
+    """`ensemble`: (model config, parameters) of models that translate together with the scored
+    one (Translator's); the teacher-forced metrics are then left out (they are one model's)."""
     self.config, self.tok, self.mesh, self.eval_set = config, tok, mesh, eval_set
+    self.ensemble = tuple(ensemble)
     if params_sharding is None:
       params_sharding = step_lib.state_shardings(config, mesh)[1].params
     self._step = step_lib.jit_eval_step(config, mesh, params_sharding)
@@ -91,15 +99,15 @@ class Evaluator:
     """(report, hypotheses). `bleu_sentences`: None translates nothing, 0 all sentences, n the
     first n. `max_batches` > 0 limits the teacher-forced pass (training's quick dev loss)."""
     start = time.time()
-    report = self._teacher_forced(params, max_batches)
+    report = {} if self.ensemble else self._teacher_forced(params, max_batches)
     hypotheses: list[str] = []
     if bleu_sentences is not None:
       from transformer_jax.translate import Translator  # pylint: disable=g-import-not-at-top
       n = bleu_sentences or len(self.eval_set.sources)
       sources, references = self.eval_set.sources[:n], self.eval_set.references[:n]
       decode_start = time.time()
-      hypotheses = Translator(params, self.config, self.tok, self.mesh).translate(
-          sources, progress=progress)
+      hypotheses = Translator(params, self.config, self.tok, self.mesh,
+                              ensemble=self.ensemble).translate(sources, progress=progress)
       report["decode_seconds"] = time.time() - decode_start
       report["sentences_per_second"] = len(sources) / max(report["decode_seconds"], 1e-9)
       tokenized = self.eval_set.tokenized_references
@@ -146,28 +154,73 @@ def checkpoint_config(workdir: str, override_args: Sequence[str] = (), *, averag
   return params, config, step, overrides
 
 
+def ensemble_members(workdir: str, others: Sequence[str], *, average: int = 0,
+                     step: int | None = None) -> list[dict]:
+  """The models of the `others` workdirs that decode together with WORKDIR's (`--ensemble`):
+  each one's newest checkpoint, or the average of its last `average`, as {workdir, step,
+  averaged_checkpoints, model (ModelConfig), params}. Their vocabularies must be WORKDIR's, byte
+  for byte (train the members from one copied vocab/)."""
+  if not others:
+    return []
+  if step is not None:
+    raise ConfigError("--step picks one run's checkpoint; with --ensemble every run uses its "
+                      "newest (or the average of its last --average)")
+  from transformer_jax.data import tokenizer as tok_lib  # pylint: disable=g-import-not-at-top
+  mine = tok_lib.vocab_path(workdir)
+  members = []
+  for other in others:
+    other = files_lib.resolve(other)
+    theirs = tok_lib.vocab_path(other)
+    if not files_lib.exists(theirs) or files_lib.read_bytes(theirs) != files_lib.read_bytes(mine):
+      raise ConfigError(f"--ensemble={other}: its vocabulary {theirs} is not the one in {mine}; "
+                        "ensemble members share one vocabulary (copy one run's vocab/ into each "
+                        "workdir before training)")
+    params, config, other_step, _ = checkpoint_config(other, average=average)
+    members.append(dict(workdir=other, step=other_step, averaged_checkpoints=average,
+                        model=ModelConfig.from_config(config.model), params=params))
+  return members
+
+
+def _ensemble_tag(members: Sequence[dict]) -> str:
+  """'_ensemble-s1-3fa2c1' for the members' folder names (and a hash of their full paths, so
+  that two ensembles of like-named runs never overwrite each other's reports); '' for none."""
+  if not members:
+    return ""
+  paths = "\n".join(m["workdir"] for m in members)
+  names = "-".join(os.path.basename(m["workdir"].rstrip("/")) for m in members)
+  return f"_ensemble-{names}-{hashlib.sha1(paths.encode()).hexdigest()[:6]}"
+
+
 def evaluate_workdir(workdir: str, *, splits: Sequence[str] = ("test",),
                      files: Sequence[tuple[str, ...]] = (), average: int = 0,
                      step: int | None = None, override_args: Sequence[str] = (),
-                     bleu_sentences: int = 0, compare: str = "") -> list[dict]:
-  """`--mode=eval`: evaluates a workdir's checkpoint on each split and each (source, reference
-  [, tokenized reference]) set of files; returns the reports (also written to WORKDIR/eval/)."""
+                     bleu_sentences: int = 0, compare: str = "",
+                     ensemble: Sequence[str] = ()) -> list[dict]:
+  """`--mode=eval`: evaluates a workdir's checkpoint (with `ensemble`: together with other
+  workdirs' models, ensemble_members) on each split and each (source, reference[, tokenized
+  reference]) set of files; returns the reports (also written to WORKDIR/eval/)."""
   from transformer_jax.data import tokenizer as tok_lib  # pylint: disable=g-import-not-at-top
+  asked_step = step
   params, config, step, overrides = checkpoint_config(workdir, override_args, average=average,
                                                       step=step)
   tok = tok_lib.load_tokenizer(workdir)  # never trains one: a workdir without vocab/ is an error
+  members = ensemble_members(workdir, ensemble, average=average, step=asked_step)
   mesh = sharding.make_mesh(config.mesh)
   rows = sharding.batch_parallelism(mesh)
   requested = [dict(split=s) for s in splits] + [dict(files=tuple(f)) for f in files]
   sets = [load_eval_set(config, tok, batch_multiple=rows, **r) for r in requested]  # errors first
-  workdir, tag = files_lib.resolve(workdir), _settings_tag(overrides)
+  workdir, tag = files_lib.resolve(workdir), _settings_tag(overrides) + _ensemble_tag(members)
   reports = []
   for eval_set in sets:
-    report, hypotheses = Evaluator(config, tok, mesh, eval_set)(
+    report, hypotheses = Evaluator(config, tok, mesh, eval_set,
+                                   ensemble=[(m["model"], m["params"]) for m in members])(
         params, bleu_sentences=bleu_sentences, progress=True)
     report.update(set=eval_set.name, origin=eval_set.origin, split=eval_set.name, step=step,
                   averaged_checkpoints=average, decode=dict(config.decode.to_dict()),
                   overrides={k: v for k, v in overrides.items()})
+    if members:
+      report["ensemble"] = [{k: m[k] for k in ("workdir", "step", "averaged_checkpoints")}
+                            for m in members]
     if compare:
       baseline = _comparison_hypotheses(compare, eval_set.name, len(hypotheses))
       report["compare"] = {"baseline": compare, **bleu.paired_bootstrap(
@@ -199,10 +252,15 @@ def _write_set(stem: str, report: dict, eval_set: EvalSet, hypotheses: list[str]
       json.dumps({"index": i, "source": s, "reference": r, "hypothesis": h}, ensure_ascii=False)
       + "\n" for i, (s, r, h) in enumerate(zip(eval_set.sources, eval_set.references, hypotheses))))
   files_lib.write_text(stem + ".json", json.dumps(report, indent=2))
-  line = (f"{eval_set.name} step {report['step']}: perplexity {report['perplexity']:.2f}")
+  line = f"{eval_set.name} step {report['step']}"
+  if "ensemble" in report:
+    line += " with " + ", ".join(f"{m['workdir']} step {m['step']}" for m in report["ensemble"])
+  if "perplexity" in report:
+    line += f": perplexity {report['perplexity']:.2f}"
   if "sacrebleu" in report:
-    line += (f", sacreBLEU {report['sacrebleu']:.2f} ({report['sacrebleu_signature']}), chrF "
-             f"{report['chrf']:.2f}, tokenized BLEU {report['tokenized_bleu']:.2f}")
+    line += (f"{',' if 'perplexity' in report else ':'} sacreBLEU {report['sacrebleu']:.2f} "
+             f"({report['sacrebleu_signature']}), chrF {report['chrf']:.2f}, tokenized BLEU "
+             f"{report['tokenized_bleu']:.2f}")
   if "compare" in report:
     c = report["compare"]
     line += (f"; vs {c['baseline']}: BLEU {c['bleu']['delta']:+.2f} (p={c['bleu']['p_value']:.4f}),"
@@ -214,7 +272,7 @@ def summary_table(reports: Sequence[dict]) -> str:
   """One Markdown row per evaluated set."""
   header = ["set", "step", "sentences", "perplexity", "sacreBLEU", "chrF", "TER", "tokenized BLEU",
             "sent/s"]
-  rows = [[r["set"], r["step"], r.get("sentences"), r["perplexity"], r.get("sacrebleu"),
+  rows = [[r["set"], r["step"], r.get("sentences"), r.get("perplexity"), r.get("sacrebleu"),
            r.get("chrf"), r.get("ter"), r.get("tokenized_bleu"), r.get("sentences_per_second")]
           for r in reports]
   return markdown.table(header, rows)

@@ -6,6 +6,7 @@
   python -m transformer_jax.main --mode=eval --workdir=DIR --split=validation,test --average=5
   python -m transformer_jax.main --mode=eval --workdir=DIR --source=a.en --reference=a.de \
       --config.decode.beam_size=1 --compare=OTHER_WORKDIR
+  python -m transformer_jax.main --mode=eval --workdir=DIR --ensemble=DIR2,DIR3 --average=5
   python -m transformer_jax.main --mode=translate --workdir=DIR [--input=FILE] < text
   python -m transformer_jax.main --mode=vocab --config=configs/base.py --workdir=DIR  # vocab only
 
@@ -39,6 +40,10 @@ _BLEU_SENTENCES = flags.DEFINE_integer("bleu_sentences", 0, "Eval: translate onl
                                        "sentences of each set (0: all); perplexity uses all.")
 _COMPARE = flags.DEFINE_string("compare", "", "Eval: another system (a workdir, an eval .json or "
                                "a hypotheses file): paired bootstrap p-values for BLEU and chrF.")
+_ENSEMBLE = flags.DEFINE_list("ensemble", [], "Eval/translate: other workdirs (comma separated) "
+                              "whose models decode together with --workdir's, their next-token "
+                              "probabilities averaged; trained from one copied vocab/; each "
+                              "uses its newest checkpoint or the average of its last --average.")
 _AVERAGE = flags.DEFINE_integer("average", 0, "Average the last K checkpoints (eval/translate/average).")
 _STEP = flags.DEFINE_integer("step", None, "Checkpoint step to use (default: the newest); with "
                              "--average, the newest of the averaged ones.")
@@ -62,6 +67,8 @@ def main(argv):
   if mode not in ("train", "vocab") and _CONFIG.value:
     raise config_lib.ConfigError(f"--config is for --mode=train or vocab; --mode={mode} uses the "
                                  "checkpoint's config (override decode settings with --config.decode.*)")
+  if _ENSEMBLE.value and mode not in ("eval", "translate"):
+    raise config_lib.ConfigError(f"--ensemble is for --mode=eval or translate, not --mode={mode}")
   if mode in ("train", "vocab"):
     if _CONFIG.value is None:
       raise config_lib.ConfigError(f"--config is required for --mode={mode}")
@@ -95,11 +102,13 @@ def main(argv):
     files = list(zip(_SOURCE.value, _REFERENCE.value, tokenized or [""] * len(_SOURCE.value)))
     evaluate.evaluate_workdir(workdir, splits=splits, files=files,
                               average=_AVERAGE.value, step=_STEP.value, override_args=overrides,
-                              bleu_sentences=_BLEU_SENTENCES.value, compare=_COMPARE.value)
+                              bleu_sentences=_BLEU_SENTENCES.value, compare=_COMPARE.value,
+                              ensemble=_ENSEMBLE.value)
   else:
     from transformer_jax import translate  # pylint: disable=g-import-not-at-top
     translate.translate_files(workdir, _INPUT.value, _OUTPUT.value, step=_STEP.value,
-                              average=_AVERAGE.value, override_args=overrides)
+                              average=_AVERAGE.value, override_args=overrides,
+                              ensemble=_ENSEMBLE.value)
 
 
 if __name__ == "__main__":

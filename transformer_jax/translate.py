@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import jax
 import ml_collections
@@ -32,13 +32,23 @@ def _bucket_width(n: int) -> int:
 class Translator:
   """Beam-search translation with fixed parameters, tokenizer and decoding settings."""
 
-  def __init__(self, params, config: ml_collections.ConfigDict, tokenizer, mesh=None):
+  def __init__(self, params, config: ml_collections.ConfigDict, tokenizer, mesh=None,
+               ensemble: Sequence[tuple[ModelConfig, Any]] = ()):
     """With a mesh, each batch is split over its data-parallel devices (sharding.batch_parallelism
-    rows per device at least); without one, batches run on the default device."""
+    rows per device at least); without one, batches run on the default device. `ensemble`:
+    (model config, parameters) of other models with the same vocabulary that decode together
+    with this one (decode.ensemble_step_fn)."""
     self.params = params
     self.mesh = mesh
     self.config = config
     self.model_config = ModelConfig.from_config(config.model)
+    for cfg, _ in ensemble:
+      if cfg.vocab_size != self.model_config.vocab_size:
+        raise ConfigError(f"an ensemble member has {cfg.vocab_size} vocabulary pieces, this model "
+                          f"{self.model_config.vocab_size}: ensemble members share one vocabulary")
+    # What decode.translate_batch takes: one model, or the ensemble's tuples.
+    self._models = (self.model_config, *(c for c, _ in ensemble)) if ensemble else self.model_config
+    self._params = (params, *(p for _, p in ensemble)) if ensemble else params
     self.tokenizer = tokenizer
     self.beam_size = config.decode.beam_size
     self.alpha = config.decode.alpha
@@ -46,21 +56,25 @@ class Translator:
     if mesh is not None:
       from transformer_jax import sharding  # pylint: disable=g-import-not-at-top
       self.batch_size = sharding.padded_rows(self.batch_size, mesh)
-    self.max_source_len = min(config.data.max_source_len, self.model_config.max_len)
+    self.max_source_len = min(config.data.max_source_len, self.model_config.max_len,
+                              *(c.max_len for c, _ in ensemble))
 
   @classmethod
   def from_workdir(cls, workdir: str, *, step: int | None = None, average: int = 0,
-                   override_args: Sequence[str] = ()) -> "Translator":
+                   override_args: Sequence[str] = (), ensemble: Sequence[str] = ()) -> "Translator":
     """The newest (or `step`) checkpoint of a training workdir, or the average of the last
     `average` checkpoints (up to `step`), with `decode.*` overrides ('--config.decode.beam_size=1')
-    applied on top of its config."""
+    applied on top of its config; `ensemble`: other workdirs whose models decode with it
+    (evaluate.ensemble_members)."""
     from transformer_jax import evaluate  # pylint: disable=g-import-not-at-top
     from transformer_jax.data import tokenizer as tok_lib  # pylint: disable=g-import-not-at-top
     params, config, _, _ = evaluate.checkpoint_config(workdir, override_args, average=average,
                                                       step=step)
     tok = tok_lib.load_tokenizer(workdir)  # never trains one
+    members = evaluate.ensemble_members(workdir, ensemble, average=average, step=step)
     from transformer_jax import sharding  # pylint: disable=g-import-not-at-top
-    return cls(params, config, tok, sharding.make_mesh(config.mesh))
+    return cls(params, config, tok, sharding.make_mesh(config.mesh),
+               ensemble=[(m["model"], m["params"]) for m in members])
 
   def encode(self, sentences: Sequence[str], first_line: int = 1) -> list[list[int]]:
     """Source ids with EOS, cut to the model's limit (warning once per cut line)."""
@@ -93,7 +107,7 @@ class Translator:
       inputs = np.zeros((self.batch_size, width), np.int32)  # fixed rows: one shape per width
       for row, i in enumerate(idx):
         inputs[row, :len(source_ids[i])] = source_ids[i]
-      out = decode.translate_batch(self.model_config, self.params, inputs,
+      out = decode.translate_batch(self._models, self._params, inputs,
                                    beam_size=self.beam_size, alpha=self.alpha,
                                    max_extra_len=self.config.decode.max_extra_len, mesh=self.mesh)
       for row, ids in zip(idx, decode.strip_eos(jax.device_get(out))):
@@ -136,9 +150,10 @@ def _write_lines(path: str, lines: Iterable[str]) -> None:
 
 
 def translate_files(workdir: str, input_path: str, output_path: str, *, step: int | None = None,
-                    average: int = 0, override_args: Sequence[str] = ()) -> None:
+                    average: int = 0, override_args: Sequence[str] = (),
+                    ensemble: Sequence[str] = ()) -> None:
   """`--mode=translate`: input lines -> output lines, aligned one to one."""
   lines = read_lines(input_path)
   translator = Translator.from_workdir(workdir, step=step, average=average,
-                                       override_args=override_args)
+                                       override_args=override_args, ensemble=ensemble)
   _write_lines(output_path, translator.translate(lines, progress=input_path != "-"))
