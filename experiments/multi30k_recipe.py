@@ -27,7 +27,11 @@ negative log-likelihood in nats (and dev sacreBLEU). `--pilot=bf16` is the same 
 compute (`model.dtype`) against float32: cheaper steps on CPUs with bfloat16 matmul units.
 `--pilot=room` asks what the two-core bfloat16 hour's 1.5x updates buy with more regularisation
 and more parameters: whole-machine hours run one after another (the bfloat16 hour itself is the
-first recipe), compared on the dev split only.
+first recipe), compared on the dev split only. `--pilot=ensemble` spends the hour on two models
+instead of one: the documented recipe with seeds 0 and 1, trained at the same time on one core
+each, then decoded as one ensemble (`--ensemble`, the mean of their next-token probabilities);
+its summary adds the ensemble's dev sacreBLEU, read from the reports of
+`--mode=eval --workdir=RUNS/s0 --ensemble=RUNS/s1 --split=validation --average=A`.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ import os
 import shlex
 
 from experiments import local_runner, plots, report_run, results_files
-from transformer_jax import markdown, workdir as workdir_lib
+from transformer_jax import evaluate, files, markdown, workdir as workdir_lib
 
 PILOT_MINUTES = 12
 MARKS = (4, 8)  # minutes of training at which the dev perplexities are compared (and the end)
@@ -110,6 +114,11 @@ ROOM_RECIPES = {  # the two-core bfloat16 hour over-fits after ~7000 of its 1085
                    "model.dropout_rate": 0.3, "data.tokens_per_batch": 4096,
                    "train.warmup_steps": 2000, "train.learning_rate_scale": 2.5}),
 }
+ENSEMBLE_RECIPES = {  # two models for the price of one two-core hour
+    "s0": ("the documented recipe (float32), seed 0 (initialisation, dropout, batch order)",
+           {"seed": 0}),
+    "s1": ("the documented recipe (float32), seed 1", {"seed": 1}),
+}
 ONE_CORE = f"XLA_FLAGS={local_runner.ONE_CORE_XLA_FLAGS}"  # as the sweep's --parallel runs
 TOGETHER = ("at the same time, each pinned to its own core (`taskset`, one-core XLA flags), "
             "nothing else running")  # how the hour pilots share the machine
@@ -131,6 +140,7 @@ class Pilot:
   # The recipes' vocabularies differ, so per-token perplexities do not compare: the summary
   # compares the dev split's total negative log-likelihood in nats (per-token NLL x pieces).
   nats: bool = False
+  ensemble: tuple[str, ...] = ()  # recipes whose models are also scored as one ensemble
 
 
 PILOTS = {
@@ -152,6 +162,10 @@ PILOTS = {
                   60, (15, 30, 45), 2000, ROOM_RECIPES, {},
                   "one after another on the otherwise idle machine, both cores each; dev "
                   "perplexity every 500 steps"),
+    "ensemble": Pilot("Multi30k: an ensemble of two one-core hours", "multi30k_ensemble",
+                      60, (15, 30, 45), 1000, ENSEMBLE_RECIPES, {},
+                      TOGETHER + "; dev perplexity every 500 steps", cores={"s0": 0, "s1": 1},
+                      ensemble=("s0", "s1")),
 }
 
 
@@ -165,12 +179,21 @@ def command(name: str, runs: str, pilot: str = "recipe") -> str:
   return f"{ONE_CORE} taskset -c {spec.cores[name]} {cmd}" if name in spec.cores else cmd
 
 
-def dev_bleu_by_average(workdir: str, step: int) -> dict[str, float]:
+def ensemble_command(runs: str, pilot: str, average: int) -> str:
+  """The dev evaluation of the pilot's ensemble, the last `average` checkpoints of each member."""
+  first, *others = (os.path.join(runs, name) for name in PILOTS[pilot].ensemble)
+  return shlex.join(["python", "-m", "transformer_jax.main", "--mode=eval", f"--workdir={first}",
+                     f"--ensemble={','.join(others)}", "--split=validation",
+                     f"--average={average}"])
+
+
+def dev_bleu_by_average(workdir: str, step: int, settings: str = "") -> dict[str, float]:
   """{A: dev sacreBLEU} of the `--mode=eval --split=validation [--average=A]` reports of the
-  run's last step (the checkpoint's own decode settings; '1': no averaging)."""
+  run's last step (the checkpoint's own decode settings; '1': no averaging; `settings`: the
+  file-name tag of other settings or an ensemble, workdir.eval_stem)."""
   out = {}
   for a in AVERAGES:
-    stem = workdir_lib.eval_stem(workdir, "validation", step, a)
+    stem = workdir_lib.eval_stem(workdir, "validation", step, a, settings)
     report = results_files.read_json(stem + ".json")
     if report and report.get("sacrebleu") is not None:
       out[str(a)] = report["sacrebleu"]
@@ -228,6 +251,16 @@ def summarize(runs: str, pilot: str = "recipe") -> dict:
                  "dev_at_step": next((p for p in points if p["step"] == spec.step_mark), None),
                  "dev_bleu_by_average": dev_bleu_by_average(workdir, train[-1]["step"]),
                  "dev_curve": points}
+  if spec.ensemble and all(name in out for name in spec.ensemble):
+    first, *others = (files.resolve(os.path.join(runs, name)) for name in spec.ensemble)
+    out[" + ".join(spec.ensemble)] = {
+        "changes": "the runs above decoding as one ensemble (the mean of their next-token "
+                   "probabilities), each member its last A checkpoints averaged",
+        "command": ensemble_command(runs, pilot, AVERAGES[-1]), "ensemble": True,
+        "dev_at": {str(m): None for m in spec.marks}, "dev_end": None, "dev_at_step": None,
+        "dev_bleu_by_average": dev_bleu_by_average(first, out[spec.ensemble[0]]["steps"],
+                                                   evaluate.ensemble_tag(others)),
+        "dev_curve": []}
   return out
 
 
@@ -237,7 +270,7 @@ def write(runs: str, out_dir: str, pilot: str = "recipe") -> list[str]:
   with open(stem + ".json", "w") as f:
     json.dump(data, f, indent=1)
   averages = [a for a in AVERAGES if any(str(a) in r["dev_bleu_by_average"] for r in data.values())]
-  rows = [[name, r["changes"], r["steps"], r["s_per_step"]]
+  rows = [[name, r["changes"], r.get("steps"), r.get("s_per_step")]
           + [_at_cell(r["dev_at"][str(m)], spec) for m in spec.marks]
           + [_measure(r["dev_end"], spec), _measure(r["dev_at_step"], spec)]
           + [r["dev_bleu_by_average"].get(str(a), "not decoded") for a in averages]
@@ -247,7 +280,8 @@ def write(runs: str, out_dir: str, pilot: str = "recipe") -> list[str]:
                         for name, r in data.items()},
                        stem + ".png", f"{spec.title}: {measure} vs training minutes",
                        xlabel="training wall time (minutes)", ylabel=f"{measure} (log scale)")
-  commands = "\n".join(r["command"] for r in data.values())
+  commands = "\n".join(r["command"] for r in data.values() if not r.get("ensemble"))
+  ensembles = [r for r in data.values() if r.get("ensemble")]
   minutes = f"{spec.minutes:g}"
   text = (f"# {spec.title}\n\nGenerated by `python -m experiments.multi30k_recipe"
           + ("" if pilot == "recipe" else f" --pilot={pilot}") + f" --runs={runs}` from the runs "
@@ -257,7 +291,7 @@ def write(runs: str, out_dir: str, pilot: str = "recipe") -> list[str]:
           + ("; dev sacreBLEU on all of it, beam 4" if averages else "")
           + "; the test split is not read). What they mean and the recipe chosen: `time_to_quality.md`.\n\n"
           + "Trained (UTC): " + "; ".join(f"{n} {r['trained'][0]} to {r['trained'][1]}"
-                                          for n, r in data.items())
+                                          for n, r in data.items() if "trained" in r)
           + f". Summary written on: {host['cpu']}, {host['cores']} cores (the runs' machine "
           "unless `time_to_quality.md` says otherwise).\n\n"
           + markdown.table(["recipe", "change", "steps", "s/step (median)"]
@@ -266,7 +300,10 @@ def write(runs: str, out_dir: str, pilot: str = "recipe") -> list[str]:
                            + [f"dev sacreBLEU, avg {a}" if a > 1 else "dev sacreBLEU, last" for a in averages],
                            rows, digits=2)
           + f"\n![dev perplexity vs minutes]({spec.stem}.png)\n\nCommands"
-          + (" (run together)" if spec.cores else "") + ":\n\n```\n" + commands + "\n```\n")
+          + (" (run together)" if spec.cores else "") + ":\n\n```\n" + commands + "\n```\n"
+          + "".join("\nThe ensemble's dev evaluation, after both runs (and with `--average=A` for "
+                    "each A in the table):\n\n```\n" + r["command"] + "\n```\n"
+                    for r in ensembles))
   with open(stem + ".md", "w", encoding="utf-8") as f:
     f.write(text)
   return [stem + ".md", stem + ".json", stem + ".png"]

@@ -58,7 +58,13 @@ def test_summary_compares_at_equal_minutes(tmp_path):
   assert "P0 1970-01-01 00:16 to 1970-01-01 00:30" in text  # when each run trained, from its log
 
 
-@pytest.mark.parametrize("name", ["batch", "vocab", "bf16"])
+def _key(config, key):
+  for part in key.split("."):
+    config = config[part]
+  return config
+
+
+@pytest.mark.parametrize("name", ["batch", "vocab", "bf16", "ensemble"])
 def test_the_hour_pilots_run_together_on_separate_cores(name):
   pilot = multi30k_recipe.PILOTS[name]
   cores = []
@@ -71,8 +77,7 @@ def test_the_hour_pilots_run_together_on_separate_cores(name):
                                   overrides.parse_overrides(given))
     config_lib.validate(c)
     for key, value in changes.items():
-      section, field = key.split(".")
-      assert c[section][field] == value
+      assert _key(c, key) == value
     assert c.train.max_train_minutes == pilot.minutes
   assert len(set(cores)) == len(cores) == 2  # each on its own core
 
@@ -111,6 +116,33 @@ def test_the_batch_pilot_reads_dev_bleu_per_average(tmp_path):
   assert "dev sacreBLEU, avg 3" in text and "40.1" in text and "run together" in text
   b2048 = next(line for line in text.splitlines() if line.startswith("| b2048 |"))
   assert b2048.endswith("| 37.25 | not decoded |")  # an average another run has, this one lacks
+
+
+def test_the_ensemble_pilot_adds_the_ensembles_dev_bleu(tmp_path):
+  """The two runs' rows, and one for their ensemble read from the reports that its printed
+  evaluation command writes (file names tagged with the other member, evaluate.ensemble_tag)."""
+  from transformer_jax import evaluate, files  # pylint: disable=g-import-not-at-top
+  for name in ("s0", "s1"):
+    run = tmp_path / name
+    (run / "eval").mkdir(parents=True)
+    _metrics(run, [{"step": s, "split": "train", "time": 1000.0 + s, "step_time": 1.0,
+                    "perplexity": 9.0} for s in range(50, 1501, 50)]
+             + [{"step": 1500, "split": "dev", "time": 2501.0, "perplexity": 7.0}])
+    (run / "eval" / "validation_step1500_avg3.json").write_text(json.dumps({"sacrebleu": 36.0}))
+  tag = evaluate.ensemble_tag([files.resolve(str(tmp_path / "s1"))])
+  (tmp_path / "s0" / "eval" / f"validation_step1500_avg3{tag}.json").write_text(
+      json.dumps({"sacrebleu": 37.5}))
+  data = multi30k_recipe.summarize(str(tmp_path), "ensemble")
+  assert data["s0"]["dev_bleu_by_average"] == data["s1"]["dev_bleu_by_average"] == {"3": 36.0}
+  assert data["s0 + s1"]["dev_bleu_by_average"] == {"3": 37.5}
+  argv = shlex.split(data["s0 + s1"]["command"])
+  assert f"--workdir={tmp_path / 's0'}" in argv and f"--ensemble={tmp_path / 's1'}" in argv
+  text = open(multi30k_recipe.write(str(tmp_path), str(tmp_path), "ensemble")[0]).read()
+  row = next(line for line in text.splitlines() if line.startswith("| s0 + s1 |"))
+  assert row.endswith("| 37.50 |")
+  assert "--ensemble=" not in text.split("The ensemble's dev evaluation")[0]  # not a training run
+  (tmp_path / "s1" / "metrics.jsonl").unlink()  # a member missing: no ensemble row
+  assert set(multi30k_recipe.summarize(str(tmp_path), "ensemble")) == {"s0"}
 
 
 def test_cooldown_branch_continues_the_same_run(tmp_path):

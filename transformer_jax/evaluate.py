@@ -181,14 +181,14 @@ def ensemble_members(workdir: str, others: Sequence[str], *, average: int = 0,
   return members
 
 
-def _ensemble_tag(members: Sequence[dict]) -> str:
-  """'_ensemble-s1-3fa2c1' for the members' folder names (and a hash of their full paths, so
-  that two ensembles of like-named runs never overwrite each other's reports); '' for none."""
-  if not members:
+def ensemble_tag(workdirs: Sequence[str]) -> str:
+  """'_ensemble-s1-3fa2c1' for the other members' (resolved) workdirs: their folder names and a
+  hash of their full paths, so that two ensembles of like-named runs never overwrite each
+  other's reports; '' for none. Part of the report's file name (workdir.eval_stem)."""
+  if not workdirs:
     return ""
-  paths = "\n".join(m["workdir"] for m in members)
-  names = "-".join(os.path.basename(m["workdir"].rstrip("/")) for m in members)
-  return f"_ensemble-{names}-{hashlib.sha1(paths.encode()).hexdigest()[:6]}"
+  names = "-".join(os.path.basename(w.rstrip("/")) for w in workdirs)
+  return f"_ensemble-{names}-{hashlib.sha1(chr(10).join(workdirs).encode()).hexdigest()[:6]}"
 
 
 def evaluate_workdir(workdir: str, *, splits: Sequence[str] = ("test",),
@@ -209,7 +209,8 @@ def evaluate_workdir(workdir: str, *, splits: Sequence[str] = ("test",),
   rows = sharding.batch_parallelism(mesh)
   requested = [dict(split=s) for s in splits] + [dict(files=tuple(f)) for f in files]
   sets = [load_eval_set(config, tok, batch_multiple=rows, **r) for r in requested]  # errors first
-  workdir, tag = files_lib.resolve(workdir), _settings_tag(overrides) + _ensemble_tag(members)
+  workdir, tag = files_lib.resolve(workdir), _settings_tag(overrides) + ensemble_tag(
+      [m["workdir"] for m in members])
   reports = []
   for eval_set in sets:
     report, hypotheses = Evaluator(config, tok, mesh, eval_set,
