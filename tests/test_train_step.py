@@ -151,3 +151,35 @@ def test_scan_layers_gives_the_same_steps_as_unrolled_layers(remat):
   assert jax.tree.structure(unstacked) == jax.tree.structure(s1.params)
   for a, b in zip(jax.tree.leaves(s1.params), jax.tree.leaves(unstacked)):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_ensemble_eval_step_scores_the_mean_of_the_members_probabilities():
+  """step.ensemble_eval_step: the NLL of the mean of two models' next-token probabilities,
+  recomputed here in float64; an ensemble of one model with itself scores as eval_step does
+  (label-smoothed loss included)."""
+  from transformer_jax.model import Transformer  # pylint: disable=g-import-not-at-top
+  config = _config()
+  mesh = sharding.make_mesh(config.mesh)
+  model_cfg = ModelConfig.from_config(config.model)
+  params_a = step.create_state(config, mesh).params
+  config_b = _config()
+  config_b.seed = 1
+  params_b = step.create_state(config_b, mesh).params
+  batch = _batch(np.random.default_rng(3), 4)
+  placed = sharding.global_batch(mesh, batch)
+  ens = step.jit_ensemble_eval_step((model_cfg, model_cfg), config.train.label_smoothing, mesh)
+  got = ens((params_a, params_b), placed)
+  probs = [np.asarray(jax.nn.softmax(Transformer(model_cfg).apply(
+      {"params": p}, **step._model_inputs(batch), deterministic=True)), np.float64)  # pylint: disable=protected-access
+           for p in (params_a, params_b)]
+  mean_BxTxV = (probs[0] + probs[1]) / 2
+  targets = batch["targets"]
+  target_p = np.take_along_axis(mean_BxTxV, targets[..., None], axis=-1)[..., 0]
+  expected = -np.sum(np.log(target_p) * (targets != 0))
+  np.testing.assert_allclose(float(got["nll_sum"]), expected, rtol=1e-5)
+  assert float(got["tokens"]) == np.sum(targets != 0)
+  _, shardings = step.state_shardings(config, mesh)
+  alone = step.jit_eval_step(config, mesh, shardings.params)(params_a, placed)
+  twice = ens((params_a, params_a), placed)
+  for key in ("loss_sum", "nll_sum", "tokens"):
+    np.testing.assert_allclose(float(twice[key]), float(alone[key]), rtol=1e-5)

@@ -127,8 +127,8 @@ def test_eval_honours_decode_overrides_and_rejects_model_ones(workdir):
 
 def test_ensembles_evaluate_and_translate_and_need_one_vocabulary(workdir, tmp_path):
   """--ensemble decodes with other workdirs' models (decode.ensemble_step_fn, tested in
-  test_decode): the report names the members and has no one-model perplexity; a member with
-  another vocabulary is one error line."""
+  test_decode; its perplexity: step.ensemble_eval_step, test_train_step): the report names the
+  members; a member with another vocabulary is one error line."""
   import shutil  # pylint: disable=g-import-not-at-top
   twin = tmp_path / "twin"
   for sub in ("checkpoints", "vocab"):
@@ -141,7 +141,7 @@ def test_ensembles_evaluate_and_translate_and_need_one_vocabulary(workdir, tmp_p
             and f.endswith("_bleu20.json")]
   report = json.load(open(os.path.join(folder, name)))
   assert report["ensemble"] == [{"workdir": str(twin), "step": 4, "averaged_checkpoints": 2}]
-  assert "perplexity" not in report and report["sentences"] == 20 and "sacrebleu" in report
+  assert report["perplexity"] > 1 and report["sentences"] == 20 and "sacrebleu" in report
   result = _main("--mode=translate", f"--workdir={workdir}", f"--ensemble={twin}",
                  stdin=b"A man rides a bike.\nTwo dogs.\n")
   assert result.returncode == 0, result.stderr.decode()[-2000:]

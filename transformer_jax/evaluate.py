@@ -20,9 +20,10 @@ per set, in `WORKDIR/eval/`:
   paired bootstrap against the other system;
 and, for several sets, `summary_step<N>[...].md`, one row per set.
 
-With `ensemble` (`--ensemble=OTHER,...`), the other workdirs' models decode together with
-WORKDIR's (decode.ensemble_step_fn): the report names them, its file names carry
-`_ensemble-<their names>`, and it has no teacher-forced metrics (each member's own report has).
+With `ensemble` (`--ensemble=OTHER,...`), the other workdirs' models are scored together with
+WORKDIR's, as the mean of their next-token probabilities (step.ensemble_eval_step for the
+perplexity, decode.ensemble_step_fn for the search): the report names them, and its file names
+carry `_ensemble-<their names>`.
 """
 
 from __future__ import annotations
@@ -86,10 +87,14 @@ class Evaluator:
 
   def __init__(self, config: ml_collections.ConfigDict, tok, mesh, eval_set: EvalSet,
                params_sharding=None, ensemble=()):
-    """`ensemble`: (model config, parameters) of models that translate together with the scored
-    one (Translator's); the teacher-forced metrics are then left out (they are one model's)."""
+    """`ensemble`: (model config, parameters) of models scored together with the given one
+    (the mean of their next-token probabilities, in perplexity as in translation)."""
     self.config, self.tok, self.mesh, self.eval_set = config, tok, mesh, eval_set
     self.ensemble = tuple(ensemble)
+    if self.ensemble:
+      cfgs = (ModelConfig.from_config(config.model), *(c for c, _ in self.ensemble))
+      self._step = step_lib.jit_ensemble_eval_step(cfgs, config.train.label_smoothing, mesh)
+      return
     if params_sharding is None:
       params_sharding = step_lib.state_shardings(config, mesh)[1].params
     self._step = step_lib.jit_eval_step(config, mesh, params_sharding)
@@ -99,7 +104,7 @@ class Evaluator:
     """(report, hypotheses). `bleu_sentences`: None translates nothing, 0 all sentences, n the
     first n. `max_batches` > 0 limits the teacher-forced pass (training's quick dev loss)."""
     start = time.time()
-    report = {} if self.ensemble else self._teacher_forced(params, max_batches)
+    report = self._teacher_forced(params, max_batches)
     hypotheses: list[str] = []
     if bleu_sentences is not None:
       from transformer_jax.translate import Translator  # pylint: disable=g-import-not-at-top
@@ -118,6 +123,8 @@ class Evaluator:
     return report, hypotheses
 
   def _teacher_forced(self, params, max_batches: int) -> dict:
+    if self.ensemble:
+      params = (params, *(p for _, p in self.ensemble))
     totals = {"loss_sum": 0.0, "nll_sum": 0.0, "tokens": 0.0}
     batches = self.eval_set.batches[:max_batches or None]
     for batch in batches:
@@ -256,12 +263,10 @@ def _write_set(stem: str, report: dict, eval_set: EvalSet, hypotheses: list[str]
   line = f"{eval_set.name} step {report['step']}"
   if "ensemble" in report:
     line += " with " + ", ".join(f"{m['workdir']} step {m['step']}" for m in report["ensemble"])
-  if "perplexity" in report:
-    line += f": perplexity {report['perplexity']:.2f}"
+  line += f": perplexity {report['perplexity']:.2f}"
   if "sacrebleu" in report:
-    line += (f"{',' if 'perplexity' in report else ':'} sacreBLEU {report['sacrebleu']:.2f} "
-             f"({report['sacrebleu_signature']}), chrF {report['chrf']:.2f}, tokenized BLEU "
-             f"{report['tokenized_bleu']:.2f}")
+    line += (f", sacreBLEU {report['sacrebleu']:.2f} ({report['sacrebleu_signature']}), chrF "
+             f"{report['chrf']:.2f}, tokenized BLEU {report['tokenized_bleu']:.2f}")
   if "compare" in report:
     c = report["compare"]
     line += (f"; vs {c['baseline']}: BLEU {c['bleu']['delta']:+.2f} (p={c['bleu']['p_value']:.4f}),"
@@ -273,7 +278,7 @@ def summary_table(reports: Sequence[dict]) -> str:
   """One Markdown row per evaluated set."""
   header = ["set", "step", "sentences", "perplexity", "sacreBLEU", "chrF", "TER", "tokenized BLEU",
             "sent/s"]
-  rows = [[r["set"], r["step"], r.get("sentences"), r.get("perplexity"), r.get("sacrebleu"),
+  rows = [[r["set"], r["step"], r.get("sentences"), r["perplexity"], r.get("sacrebleu"),
            r.get("chrf"), r.get("ter"), r.get("tokenized_bleu"), r.get("sentences_per_second")]
           for r in reports]
   return markdown.table(header, rows)

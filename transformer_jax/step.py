@@ -154,6 +154,21 @@ def eval_step(params, batch, *, config: ml_collections.ConfigDict) -> dict:
   return metrics
 
 
+def ensemble_eval_step(params, batch, *, model_cfgs: tuple[ModelConfig, ...],
+                       epsilon: float) -> dict:
+  """eval_step's sums for an ensemble (`params`: one tree per config): the distribution scored
+  is the mean of the members' next-token probabilities, the one decode.ensemble_step_fn
+  searches. Every member's [B, T, V] logits are in memory at once (evaluation batches only)."""
+  logprobs = [jax.nn.log_softmax(Transformer(cfg).apply({"params": p}, **_model_inputs(batch),
+                                                        deterministic=True).astype(jnp.float32))
+              for cfg, p in zip(model_cfgs, params)]
+  mean_BxTxV = jax.nn.logsumexp(jnp.stack(logprobs), axis=0) - jnp.log(float(len(logprobs)))
+  targets = batch["targets"]
+  loss_sum, nll_sum, tokens = cross_entropy_sums(mean_BxTxV, targets,
+                                                 (targets != 0).astype(jnp.float32), epsilon)
+  return {"loss_sum": loss_sum, "nll_sum": nll_sum, "tokens": tokens}
+
+
 def jit_train_step(config, mesh: Mesh, state_sharding):
   """The train step compiled with explicit in/out shardings and the state donated."""
   if config.train.unroll_threefry_on_cpu:
@@ -169,6 +184,14 @@ def jit_train_step(config, mesh: Mesh, state_sharding):
 def jit_eval_step(config, mesh: Mesh, params_sharding):
   fn = jax.jit(functools.partial(eval_step, config=config),
                in_shardings=(params_sharding, sharding.batch_sharding(mesh)),
+               out_shardings=sharding.replicated(mesh))
+  return _with_rules(fn, mesh)
+
+
+def jit_ensemble_eval_step(model_cfgs: tuple[ModelConfig, ...], epsilon: float, mesh: Mesh):
+  """ensemble_eval_step compiled with every member's parameters replicated on each device."""
+  fn = jax.jit(functools.partial(ensemble_eval_step, model_cfgs=model_cfgs, epsilon=epsilon),
+               in_shardings=(sharding.replicated(mesh), sharding.batch_sharding(mesh)),
                out_shardings=sharding.replicated(mesh))
   return _with_rules(fn, mesh)
 
