@@ -35,7 +35,8 @@ How and why it differs from the paper's base model:
   paper: every 10) so that the number of last checkpoints to average can be chosen on the dev
   split (`python -m experiments.report_run --average_choices=...`).
 - compute: float32. On a CPU with bfloat16 matrix units (AMX), `--config.model.dtype=bfloat16`
-  makes 1.5x the steps in the hour, but this model does not use them on two cores: dev sacreBLEU
+  makes 1.5x the steps in the hour (on an AMD EPYC without them, 1.41x fewer:
+  experiments/results/bench_bf16/bfloat16_amd.md), but this model does not use them on two cores: dev sacreBLEU
   40.69 against 40.53 (noise), test2016 39.04 against 39.66 (experiments/results/
   multi30k_bf16_hour.md; on one core, where the hour is short of updates, it gained +0.96 dev:
   multi30k_bf16.md). Dropout 0.3 on top of it (+0.11 dev, noise), and with it d_ff 2048, 4 + 4
