@@ -29,8 +29,9 @@ compute (`model.dtype`) against float32: cheaper steps on CPUs with bfloat16 mat
 and more parameters: whole-machine hours run one after another (the bfloat16 hour itself is the
 first recipe), compared on the dev split only. `--pilot=ensemble` spends the hour on two models
 instead of one: the documented recipe with seeds 0 and 1, trained at the same time on one core
-each, then decoded as one ensemble (`--ensemble`, the mean of their next-token probabilities);
-its summary adds the ensemble's dev sacreBLEU, read from the reports of
+each, then decoded as one ensemble (`--ensemble`, the mean of their next-token probabilities),
+against the same recipe alone on both cores for the hour (run after the pair); its summary adds
+the ensemble's dev sacreBLEU, read from the reports of
 `--mode=eval --workdir=RUNS/s0 --ensemble=RUNS/s1 --split=validation --average=A`.
 """
 
@@ -118,6 +119,8 @@ ENSEMBLE_RECIPES = {  # two models for the price of one two-core hour
     "s0": ("the documented recipe (float32), seed 0 (initialisation, dropout, batch order)",
            {"seed": 0}),
     "s1": ("the documented recipe (float32), seed 1", {"seed": 1}),
+    "alone": ("the documented recipe (float32), seed 0, alone on both cores after the pair: the "
+              "one-model hour the ensemble competes with", {"seed": 0}),
 }
 ONE_CORE = f"XLA_FLAGS={local_runner.ONE_CORE_XLA_FLAGS}"  # as the sweep's --parallel runs
 TOGETHER = ("at the same time, each pinned to its own core (`taskset`, one-core XLA flags), "
@@ -164,7 +167,8 @@ PILOTS = {
                   "perplexity every 500 steps"),
     "ensemble": Pilot("Multi30k: an ensemble of two one-core hours", "multi30k_ensemble",
                       60, (15, 30, 45), 1000, ENSEMBLE_RECIPES, {},
-                      TOGETHER + "; dev perplexity every 500 steps", cores={"s0": 0, "s1": 1},
+                      "s0 and s1 " + TOGETHER + ", then alone by itself on both cores; dev "
+                      "perplexity every 500 steps", cores={"s0": 0, "s1": 1},
                       ensemble=("s0", "s1")),
 }
 
