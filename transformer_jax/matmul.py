@@ -29,6 +29,33 @@ import jax.numpy as jnp
 from jax.experimental.layout import Layout, with_layout_constraint
 
 
+BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")  # x86 bfloat16 matrix units, as /proc/cpuinfo names them
+
+
+def cpu_has_bf16_units(cpuinfo: str = "/proc/cpuinfo") -> bool | None:
+  """Whether this x86 CPU has bfloat16 matrix units (its 'flags' line names one of
+  BF16_CPU_FLAGS); None where that cannot be read (not Linux, not x86)."""
+  try:
+    with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+      flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), None)
+  except OSError:
+    return None
+  return None if flags is None else any(f in flags for f in BF16_CPU_FLAGS)
+
+
+def slow_dtype_warning(dtype: str, cpuinfo: str = "/proc/cpuinfo",
+                       backend: str | None = None) -> str | None:
+  """A warning line when bfloat16 compute is asked for on a CPU without bfloat16 units, where it
+  is slower than float32 (the multi30k step 1.41x slower on an AMD EPYC with AVX2 only:
+  experiments/results/bench_bf16/bfloat16_amd.md); None otherwise (backend: JAX's default)."""
+  if (dtype != "bfloat16" or (backend or jax.default_backend()) != "cpu"
+      or cpu_has_bf16_units(cpuinfo) is not False):
+    return None
+  return (f"model.dtype=bfloat16 on a CPU without bfloat16 matrix units ({cpuinfo} names none of "
+          f"{', '.join(BF16_CPU_FLAGS)}): the multi30k step measured 1.41x slower than in "
+          "float32 on such a CPU (experiments/results/bench_bf16/bfloat16_amd.md)")
+
+
 def rows_matmul(x_BxLxD: jax.Array, w_DxF: jax.Array, preferred_element_type=None) -> jax.Array:
   """x [..., D] @ w [D, F] -> [..., F], computed as one [rows, D] x [D, F] matmul."""
   *lead, d = x_BxLxD.shape

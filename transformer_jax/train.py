@@ -35,7 +35,7 @@ import numpy as np
 from absl import logging
 
 from transformer_jax import attention, checkpoint, distributed, evaluate as evaluate_lib, sharding
-from transformer_jax import step as step_lib, workdir as workdir_lib
+from transformer_jax import matmul, step as step_lib, workdir as workdir_lib
 from transformer_jax.config import ConfigError, ModelConfig, validate
 from transformer_jax.metrics import (MetricsWriter, ProfileWindow, Progress, measure_peak_flops,
                                      mfu, train_flops)
@@ -118,6 +118,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Trains (or resumes) the run in `workdir`; returns the final dev metrics."""
   validate(config)
   attention.check_backend(ModelConfig.from_config(config.model))
+  slow = matmul.slow_dtype_warning(config.model.dtype)
+  if slow:
+    logging.warning("%s", slow)
   mesh = sharding.make_mesh(config.mesh)
   sharding.check_divisibility(config, mesh)
   with workdir_lib.claim(workdir, "training") as workdir:
