@@ -69,6 +69,37 @@ def test_optimizer_is_adam_with_the_paper_betas():
   assert np.max(np.abs(ours[1:] - other[1:]) / np.abs(other[1:])) > 0.1
 
 
+def test_weight_decay_shrinks_weights_but_not_biases_or_layernorm_scales():
+  """train.weight_decay (AdamW, decoupled): with zero gradients an update is -rate x decay x
+  the parameter for weight matrices and the embedding, and 0 for biases and LayerNorm scales;
+  the sharded state is built from boxed parameters and a jitted step runs with it."""
+  from configs import tiny  # pylint: disable=g-import-not-at-top
+  from transformer_jax import sharding, step  # pylint: disable=g-import-not-at-top
+  c = tiny.get_config()
+  c.train.weight_decay = 0.01
+  mesh = sharding.make_mesh(c.mesh)
+  state = step.create_state(c, mesh)
+  tx = make_optimizer(c)
+  zeros = jax.tree.map(jnp.zeros_like, state.params)
+  updates, _ = tx.update(zeros, state.opt_state, state.params)
+  rate = float(make_schedule(c)(0))
+  flat = {jax.tree_util.keystr(k): (np.asarray(u), np.asarray(p)) for (k, u), p in zip(
+      jax.tree_util.tree_leaves_with_path(updates), jax.tree.leaves(state.params))}
+  kinds = {"bias": 0, "scale": 0, "kernel": 0, "embedding": 0}
+  for name, (u, p) in flat.items():
+    leaf = name.split("'")[-2]
+    if leaf in ("bias", "scale"):
+      np.testing.assert_array_equal(u, 0.0, err_msg=name)
+    else:
+      np.testing.assert_allclose(u, -rate * 0.01 * p, rtol=1e-5, atol=1e-12, err_msg=name)
+    kinds[leaf] = kinds.get(leaf, 0) + 1
+  assert all(kinds[k] for k in ("bias", "scale", "kernel", "embedding")), kinds
+  rows = np.ones((8, 6), np.int32)
+  _, metrics = step.jit_train_step(c, mesh, step.state_shardings(c, mesh)[1])(
+      state, sharding.global_batch(mesh, {"inputs": rows, "targets": rows}))
+  assert np.isfinite(float(metrics["loss_sum"]))
+
+
 @pytest.mark.parametrize("eps", [0.0, 0.1, 0.2])
 def test_label_smoothing_equals_the_explicit_distribution(eps):
   rng = np.random.default_rng(0)

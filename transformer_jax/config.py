@@ -105,7 +105,7 @@ def default_config() -> ml_collections.ConfigDict:
   t.adam_b1 = 0.9
   t.adam_b2 = 0.98
   t.adam_eps = 1e-9
-  t.weight_decay = 0.0
+  t.weight_decay = 0.0             # AdamW (paper: none); biases and LayerNorm scales never decayed
   t.label_smoothing = 0.1
   t.grad_clip_norm = 0.0          # 0 disables clipping (paper: none)
   t.grad_accum_steps = 1

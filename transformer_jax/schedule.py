@@ -15,6 +15,7 @@ the paper's schedule (compared on Multi30k: experiments/results/time_to_quality.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import ml_collections
 import optax
@@ -38,13 +39,28 @@ def make_schedule(config: ml_collections.ConfigDict) -> optax.Schedule:
       [schedule, optax.linear_schedule(schedule(start), 0.0, cooldown)], [start])
 
 
+NOT_DECAYED = ("bias", "scale")  # parameter names AdamW leaves alone: biases, LayerNorm gains
+
+
+def decay_mask(params):
+  """True for the parameters `train.weight_decay` decays (weight matrices and embedding tables),
+  False for biases and LayerNorm scales (as BERT's AdamW and most since). Works on boxed
+  (logically partitioned) parameters too: a leaf is named by the last dict key on its path."""
+  def decayed(path, _):
+    names = [p.key for p in path if isinstance(p, jax.tree_util.DictKey)]
+    return not names or names[-1] not in NOT_DECAYED
+  return jax.tree_util.tree_map_with_path(decayed, params)
+
+
 def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
-  """Adam(beta1=0.9, beta2=0.98, eps=1e-9) on the schedule; optional clipping and decay."""
+  """Adam(beta1=0.9, beta2=0.98, eps=1e-9) on the schedule; optional clipping, and decoupled
+  weight decay (AdamW, Loshchilov & Hutter 2019; not in the paper) of the decay_mask parameters,
+  scaled by the schedule's rate."""
   t = config.train
   schedule = make_schedule(config)
   if t.weight_decay:
     adam = optax.adamw(schedule, b1=t.adam_b1, b2=t.adam_b2, eps=t.adam_eps,
-                       weight_decay=t.weight_decay)
+                       weight_decay=t.weight_decay, mask=decay_mask)
   else:
     adam = optax.adam(schedule, b1=t.adam_b1, b2=t.adam_b2, eps=t.adam_eps)
   if t.grad_clip_norm:
