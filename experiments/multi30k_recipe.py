@@ -257,15 +257,27 @@ def summarize(runs: str, pilot: str = "recipe") -> dict:
                  "dev_curve": points}
   if spec.ensemble and all(name in out for name in spec.ensemble):
     first, *others = (files.resolve(os.path.join(runs, name)) for name in spec.ensemble)
+    step, tag = out[spec.ensemble[0]]["steps"], evaluate.ensemble_tag(others)
+    last = results_files.read_json(workdir_lib.eval_stem(first, "validation", step, 1, tag) + ".json")
     out[" + ".join(spec.ensemble)] = {
         "changes": "the runs above decoding as one ensemble (the mean of their next-token "
                    "probabilities), each member its last A checkpoints averaged",
         "command": ensemble_command(runs, pilot, AVERAGES[-1]), "ensemble": True,
-        "dev_at": {str(m): None for m in spec.marks}, "dev_end": None, "dev_at_step": None,
-        "dev_bleu_by_average": dev_bleu_by_average(first, out[spec.ensemble[0]]["steps"],
-                                                   evaluate.ensemble_tag(others)),
+        "dev_at": {str(m): None for m in spec.marks}, "dev_at_step": None,
+        "dev_end": {"perplexity": last["perplexity"], "nats": None} if last else None,  # its own
+        "dev_bleu_by_average": dev_bleu_by_average(first, step, tag),
         "dev_curve": []}
   return out
+
+
+def _together(spec: Pilot, data: dict) -> str:
+  """How the listed training commands ran: ' (run together)' when each is pinned to a core."""
+  trained = [name for name, r in data.items() if not r.get("ensemble")]
+  if not spec.cores:
+    return ""
+  if all(name in spec.cores for name in trained):
+    return " (run together)"
+  return " (those pinned with `taskset` run together; the others by themselves, after them)"
 
 
 def write(runs: str, out_dir: str, pilot: str = "recipe") -> list[str]:
@@ -304,7 +316,7 @@ def write(runs: str, out_dir: str, pilot: str = "recipe") -> list[str]:
                            + [f"dev sacreBLEU, avg {a}" if a > 1 else "dev sacreBLEU, last" for a in averages],
                            rows, digits=2)
           + f"\n![dev perplexity vs minutes]({spec.stem}.png)\n\nCommands"
-          + (" (run together)" if spec.cores else "") + ":\n\n```\n" + commands + "\n```\n"
+          + _together(spec, data) + ":\n\n```\n" + commands + "\n```\n"
           + "".join("\nThe ensemble's dev evaluation, after both runs (and with `--average=A` for "
                     "each A in the table):\n\n```\n" + r["command"] + "\n```\n"
                     for r in ensembles))

@@ -136,15 +136,19 @@ def test_the_ensemble_pilot_adds_the_ensembles_dev_bleu(tmp_path):
   tag = evaluate.ensemble_tag([files.resolve(str(tmp_path / "s1"))])
   (tmp_path / "s0" / "eval" / f"validation_step1500_avg3{tag}.json").write_text(
       json.dumps({"sacrebleu": 37.5}))
+  (tmp_path / "s0" / "eval" / f"validation_step1500{tag}.json").write_text(
+      json.dumps({"sacrebleu": 37.0, "perplexity": 6.5}))
   data = multi30k_recipe.summarize(str(tmp_path), "ensemble")
   assert data["s0"]["dev_bleu_by_average"] == data["s1"]["dev_bleu_by_average"] == {"3": 36.0}
-  assert data["s0 + s1"]["dev_bleu_by_average"] == {"3": 37.5}
+  assert data["s0 + s1"]["dev_bleu_by_average"] == {"1": 37.0, "3": 37.5}
+  assert data["s0 + s1"]["dev_end"]["perplexity"] == 6.5  # the last checkpoints' ensemble
   argv = shlex.split(data["s0 + s1"]["command"])
   assert f"--workdir={tmp_path / 's0'}" in argv and f"--ensemble={tmp_path / 's1'}" in argv
   text = open(multi30k_recipe.write(str(tmp_path), str(tmp_path), "ensemble")[0]).read()
   row = next(line for line in text.splitlines() if line.startswith("| s0 + s1 |"))
-  assert row.endswith("| 37.50 |")
+  assert row.endswith("| 6.50 |  | 37.00 | 37.50 |")
   assert "--ensemble=" not in text.split("The ensemble's dev evaluation")[0]  # not a training run
+  assert "Commands (run together):" in text  # s0 and s1 (no run of `alone` here)
   (tmp_path / "s1" / "metrics.jsonl").unlink()  # a member missing: no ensemble row
   assert set(multi30k_recipe.summarize(str(tmp_path), "ensemble")) == {"s0"}
 
