@@ -83,14 +83,16 @@ def ensemble_step_fn(step_fns) -> beam_search.StepFn:
   EnsembleModel (a mean of probabilities, not of log-probabilities, so that one member's
   confident choice is not vetoed by another's near-zero)."""
   def step_fn(ids_Nx1, position, caches):
-    logprobs, new_caches = [], []
-    for fn, cache in zip(step_fns, caches):
-      logits_NxV, cache = fn(ids_Nx1, position, cache)
-      logprobs.append(jax.nn.log_softmax(logits_NxV.astype(jnp.float32), axis=-1))
-      new_caches.append(cache)
-    mean_NxV = jax.nn.logsumexp(jnp.stack(logprobs), axis=0) - np.log(len(step_fns))
-    return mean_NxV, tuple(new_caches)
+    outs = [fn(ids_Nx1, position, cache) for fn, cache in zip(step_fns, caches)]
+    return log_mean_probs([logits for logits, _ in outs]), tuple(cache for _, cache in outs)
   return step_fn
+
+
+def log_mean_probs(logits):
+  """log of the mean of softmax(l) over the members' logits [..., V] (float32): the ensemble's
+  distribution, for the search (ensemble_step_fn) and for perplexity (step.ensemble_eval_step)."""
+  logprobs = [jax.nn.log_softmax(l.astype(jnp.float32), axis=-1) for l in logits]
+  return jax.nn.logsumexp(jnp.stack(logprobs), axis=0) - np.log(len(logprobs))
 
 
 def encode(model_cfg: ModelConfig, params, inputs_BxS):

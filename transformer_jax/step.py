@@ -25,6 +25,7 @@ from jax.sharding import Mesh
 
 from transformer_jax import rng, sharding
 from transformer_jax.config import ModelConfig
+from transformer_jax.decode import log_mean_probs
 from transformer_jax.label_smoothing import chunked_cross_entropy_sums, cross_entropy_sums
 from transformer_jax.model import Transformer
 from transformer_jax.schedule import make_optimizer, make_schedule
@@ -159,10 +160,9 @@ def ensemble_eval_step(params, batch, *, model_cfgs: tuple[ModelConfig, ...],
   """eval_step's sums for an ensemble (`params`: one tree per config): the distribution scored
   is the mean of the members' next-token probabilities, the one decode.ensemble_step_fn
   searches. Every member's [B, T, V] logits are in memory at once (evaluation batches only)."""
-  logprobs = [jax.nn.log_softmax(Transformer(cfg).apply({"params": p}, **_model_inputs(batch),
-                                                        deterministic=True).astype(jnp.float32))
-              for cfg, p in zip(model_cfgs, params)]
-  mean_BxTxV = jax.nn.logsumexp(jnp.stack(logprobs), axis=0) - jnp.log(float(len(logprobs)))
+  mean_BxTxV = log_mean_probs([Transformer(cfg).apply({"params": p}, **_model_inputs(batch),
+                                                      deterministic=True)
+                               for cfg, p in zip(model_cfgs, params)])
   targets = batch["targets"]
   loss_sum, nll_sum, tokens = cross_entropy_sums(mean_BxTxV, targets,
                                                  (targets != 0).astype(jnp.float32), epsilon)
