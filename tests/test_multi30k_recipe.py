@@ -11,7 +11,7 @@ from experiments import multi30k_cooldown, multi30k_recipe
 from transformer_jax import config as config_lib, overrides
 
 
-@pytest.mark.parametrize("pilot_name", ["recipe", "room"])  # the pilots that run one at a time
+@pytest.mark.parametrize("pilot_name", ["recipe", "room", "avx2"])  # the pilots that run one at a time
 def test_every_recipe_command_is_a_valid_training_command(pilot_name):
   pilot = multi30k_recipe.PILOTS[pilot_name]
   for name, (_, changes) in pilot.recipes.items():
@@ -24,8 +24,7 @@ def test_every_recipe_command_is_a_valid_training_command(pilot_name):
     config_lib.validate(c)
     assert c.train.max_train_minutes == pilot.minutes
     for key, value in changes.items():  # each recipe states its batch and rate explicitly
-      section, field = key.split(".")
-      assert c[section][field] == value
+      assert _key(c, key) == value
 
 
 def _metrics(path, rows):
