@@ -297,6 +297,7 @@ def _together(spec: Pilot, data: dict) -> str:
 def write(runs: str, out_dir: str, pilot: str = "recipe") -> list[str]:
   spec, data, host = PILOTS[pilot], summarize(runs, pilot), results_files.machine()
   stem = os.path.join(out_dir, spec.stem)
+  os.makedirs(out_dir, exist_ok=True)
   with open(stem + ".json", "w") as f:
     json.dump(data, f, indent=1)
   averages = [a for a in AVERAGES if any(str(a) in r["dev_bleu_by_average"] for r in data.values())]
