@@ -124,13 +124,13 @@ ENSEMBLE_RECIPES = {  # two models for the price of one two-core hour
 }
 AVX2_RECIPES = {  # the float32 hour on a CPU without AVX-512: 3773 steps, dev perplexity still falling
     "f32": ("the documented recipe (float32, seed 0): the ensemble pilot's `alone` hour, its "
-            "workdir copied in", {"seed": 0}),
+            "workdir copied in", {}),
     "drop01": ("dropout 0.1 (the paper's; the documented 0.2): the hour ends under-trained on this "
                "CPU (dev perplexity 6.28, 5.98, 5.82 at steps 3000, 3500, 3773)",
-               {"seed": 0, "model.dropout_rate": 0.1}),
+               {"model.dropout_rate": 0.1}),
     "wd01": ("AdamW weight decay 0.1 on weight matrices and embeddings (the documented 0; "
              "`train.weight_decay`, never measured on the hour)",
-             {"seed": 0, "train.weight_decay": 0.1}),
+             {"train.weight_decay": 0.1}),
 }
 ONE_CORE = f"XLA_FLAGS={local_runner.ONE_CORE_XLA_FLAGS}"  # as the sweep's --parallel runs
 TOGETHER = ("at the same time, each pinned to its own core (`taskset`, one-core XLA flags), "
@@ -181,7 +181,7 @@ PILOTS = {
                       "perplexity every 500 steps", cores={"s0": 0, "s1": 1},
                       ensemble=("s0", "s1")),
     "avx2": Pilot("Multi30k: the float32 hour on a CPU without AVX-512", "multi30k_avx2",
-                  60, (15, 30, 45), 2000, AVX2_RECIPES, {},
+                  60, (15, 30, 45), 2000, AVX2_RECIPES, {"seed": 0},
                   "one after another on the otherwise idle machine, both cores each; dev "
                   "perplexity every 500 steps"),
 }

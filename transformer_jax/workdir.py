@@ -80,8 +80,9 @@ def eval_stem(workdir: str, set_name: str, step: int, average: int = 0, settings
   """WORKDIR/eval/<set>_step<N>[_avg<k>][<settings>][_bleu<n>]: the stem of the report (.json)
   and translations (.txt, .jsonl) that `--mode=eval` writes for step N's checkpoint, or for the
   average of the last k (k <= 1: the checkpoint itself, no suffix); `settings` tags decode
-  overrides and ensembles (evaluate._settings_tag, evaluate.ensemble_tag); `bleu_sentences` n > 0: only the first n sentences translated, so such a report never
-  overwrites one of the whole set. The one place that names them, for evaluate.py and for the
+  overrides and ensembles (evaluate._settings_tag, evaluate.ensemble_tag); `bleu_sentences`
+  n > 0: only the first n sentences translated, so such a report never overwrites one of the
+  whole set. The one place that names them, for evaluate.py and for the
   experiments that read them."""
   name = (f"{set_name}_step{step}" + (f"_avg{average}" if average > 1 else "") + settings
           + (f"_bleu{bleu_sentences}" if bleu_sentences > 0 else ""))
