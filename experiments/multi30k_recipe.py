@@ -123,14 +123,16 @@ ENSEMBLE_RECIPES = {  # two models for the price of one two-core hour
               "one-model hour the ensemble competes with", {"seed": 0}),
 }
 AVX2_RECIPES = {  # the float32 hour on a CPU without AVX-512: 3773 steps, dev perplexity still falling
-    "f32": ("the documented recipe (float32, seed 0): the ensemble pilot's `alone` hour, its "
-            "workdir copied in", {}),
+    "f32": ("the documented recipe before weight decay (float32, seed 0): the ensemble pilot's "
+            "`alone` hour, its workdir copied in", {"train.weight_decay": 0.0}),
     "drop01": ("dropout 0.1 (the paper's; the documented 0.2): the hour ends under-trained on this "
                "CPU (dev perplexity 6.28, 5.98, 5.82 at steps 3000, 3500, 3773)",
-               {"model.dropout_rate": 0.1}),
-    "wd01": ("AdamW weight decay 0.1 on weight matrices and embeddings (the documented 0; "
-             "`train.weight_decay`, never measured on the hour)",
+               {"model.dropout_rate": 0.1, "train.weight_decay": 0.0}),
+    "wd01": ("AdamW weight decay 0.1 on weight matrices and embeddings (`train.weight_decay`, "
+             "never measured on the hour; adopted after this hour)",
              {"train.weight_decay": 0.1}),
+    "wd02": ("AdamW weight decay 0.2: wd01's dev perplexity was 10% below f32's at step 2000, 7% "
+             "at 3500, and still falling at the end", {"train.weight_decay": 0.2}),
 }
 ONE_CORE = f"XLA_FLAGS={local_runner.ONE_CORE_XLA_FLAGS}"  # as the sweep's --parallel runs
 TOGETHER = ("at the same time, each pinned to its own core (`taskset`, one-core XLA flags), "
@@ -249,11 +251,16 @@ def _utc(seconds: float) -> str:
   return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
 
 
-def summarize(runs: str, pilot: str = "recipe") -> dict:
+def summarize(runs: str, pilot: str = "recipe", previous: dict | None = None) -> dict:
+  """One row per recipe whose run is in `runs`; a recipe whose workdir is not there (trained on
+  another machine or in an earlier session) keeps its row from `previous`, the pilot's last
+  summary, with `carried` set and its command as the recipe now gives it."""
   spec, out = PILOTS[pilot], {}
   for name in spec.recipes:
     workdir = os.path.join(runs, name)
     if not os.path.isfile(os.path.join(workdir, "metrics.jsonl")):
+      if name in (previous or {}) and not previous[name].get("ensemble"):
+        out[name] = {**previous[name], "command": command(name, runs, pilot), "carried": True}
       continue
     saved = os.path.join(workdir, "config.json")  # written by the run; its logging cadence
     log_every = json.load(open(saved))["train"]["log_every_steps"] if os.path.isfile(saved) else 50
@@ -295,8 +302,9 @@ def _together(spec: Pilot, data: dict) -> str:
 
 
 def write(runs: str, out_dir: str, pilot: str = "recipe") -> list[str]:
-  spec, data, host = PILOTS[pilot], summarize(runs, pilot), results_files.machine()
-  stem = os.path.join(out_dir, spec.stem)
+  spec, stem, host = PILOTS[pilot], os.path.join(out_dir, PILOTS[pilot].stem), results_files.machine()
+  data = summarize(runs, pilot, results_files.read_json(stem + ".json"))
+  carried = [name for name, r in data.items() if r.get("carried")]
   os.makedirs(out_dir, exist_ok=True)
   with open(stem + ".json", "w") as f:
     json.dump(data, f, indent=1)
@@ -321,6 +329,8 @@ def write(runs: str, out_dir: str, pilot: str = "recipe") -> list[str]:
              "dev perplexity") + " on the whole dev split, teacher forced"
           + ("; dev sacreBLEU on all of it, beam 4" if averages else "")
           + "; the test split is not read). What they mean and the recipe chosen: `time_to_quality.md`.\n\n"
+          + (f"Carried from this file's previous version (their workdirs were not in `{runs}`): "
+             + ", ".join(carried) + ".\n\n" if carried else "")
           + "Trained (UTC): " + "; ".join(f"{n} {r['trained'][0]} to {r['trained'][1]}"
                                           for n, r in data.items() if "trained" in r)
           + f". Summary written on: {host['cpu']}, {host['cores']} cores (the runs' machine "

@@ -152,6 +152,34 @@ def test_the_ensemble_pilot_adds_the_ensembles_dev_bleu(tmp_path):
   assert set(multi30k_recipe.summarize(str(tmp_path), "ensemble")) == {"s0"}
 
 
+def test_rows_of_runs_not_here_are_carried_from_the_last_summary(tmp_path):
+  """A pilot's hours run in different sessions: a recipe whose workdir is gone keeps its row from
+  the summary already written (its command as the recipe now reads), a run that is here is read
+  from its workdir, and the page names the carried rows."""
+  runs, out = tmp_path / "runs", tmp_path / "out"
+  out.mkdir()
+  old = {"f32": {"changes": "old words", "command": "stale", "steps": 3773, "s_per_step": 0.93,
+                 "trained": ["2026-11-25 23:14", "2026-11-26 00:14"],
+                 "dev_at": {"15": None, "30": None, "45": None}, "dev_end": {"perplexity": 5.82},
+                 "dev_at_step": {"perplexity": 7.66}, "dev_bleu_by_average": {"3": 39.3},
+                 "dev_curve": [{"minutes": 60.0, "step": 3773, "perplexity": 5.82, "nats": None}]},
+         "wd02": {"changes": "replaced by the run that is here", "steps": 1}}
+  (out / "multi30k_avx2.json").write_text(json.dumps(old))
+  (runs / "wd02").mkdir(parents=True)
+  _metrics(runs / "wd02", [{"step": s, "split": "train", "time": 1000.0 + s, "step_time": 1.0,
+                            "perplexity": 9.0} for s in range(50, 2001, 50)]
+           + [{"step": 2000, "split": "dev", "time": 3001.0, "perplexity": 6.0}])
+  data = multi30k_recipe.summarize(str(runs), "avx2", old)
+  assert list(data) == ["f32", "wd02"]  # the recipes' order; drop01 and wd01 are in neither
+  assert data["f32"]["carried"] and data["f32"]["dev_bleu_by_average"] == {"3": 39.3}
+  assert "--config.train.weight_decay=0.0" in data["f32"]["command"]
+  assert data["wd02"]["steps"] == 2000 and "carried" not in data["wd02"]
+  text = open(multi30k_recipe.write(str(runs), str(out), "avx2")[0]).read()
+  assert f"(their workdirs were not in `{runs}`): f32." in text
+  assert "| f32 | old words | 3773 |" in text and "| 39.30 |" in text
+  assert json.loads((out / "multi30k_avx2.json").read_text())["wd02"]["steps"] == 2000
+
+
 def test_cooldown_branch_continues_the_same_run(tmp_path):
   """A branch copies the source's checkpoint and vocabulary into SOURCE_cooldown<start>, its
   command is the config file with the cool-down over the remaining steps, and a source run whose
