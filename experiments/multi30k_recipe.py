@@ -133,6 +133,9 @@ AVX2_RECIPES = {  # the float32 hour on a CPU without AVX-512: 3773 steps, dev p
              {"train.weight_decay": 0.1}),
     "wd02": ("AdamW weight decay 0.2: wd01's dev perplexity was 10% below f32's at step 2000, 7% "
              "at 3500, and still falling at the end", {"train.weight_decay": 0.2}),
+    "wd01_again": ("the documented recipe (weight decay 0.1) again, the hour after wd02 on the "
+                   "same machine: wd02's baseline there (this machine ran the step 1.4-1.5x "
+                   "slower than wd01's)", {"train.weight_decay": 0.1}),
 }
 ONE_CORE = f"XLA_FLAGS={local_runner.ONE_CORE_XLA_FLAGS}"  # as the sweep's --parallel runs
 TOGETHER = ("at the same time, each pinned to its own core (`taskset`, one-core XLA flags), "
@@ -254,13 +257,15 @@ def _utc(seconds: float) -> str:
 def summarize(runs: str, pilot: str = "recipe", previous: dict | None = None) -> dict:
   """One row per recipe whose run is in `runs`; a recipe whose workdir is not there (trained on
   another machine or in an earlier session) keeps its row from `previous`, the pilot's last
-  summary, with `carried` set and its command as the recipe now gives it."""
+  summary (its measurements), with `carried` set and its words and command as the recipe now
+  gives them."""
   spec, out = PILOTS[pilot], {}
   for name in spec.recipes:
     workdir = os.path.join(runs, name)
     if not os.path.isfile(os.path.join(workdir, "metrics.jsonl")):
       if name in (previous or {}) and not previous[name].get("ensemble"):
-        out[name] = {**previous[name], "command": command(name, runs, pilot), "carried": True}
+        out[name] = {**previous[name], "changes": spec.recipes[name][0],
+                     "command": command(name, runs, pilot), "carried": True}
       continue
     saved = os.path.join(workdir, "config.json")  # written by the run; its logging cadence
     log_every = json.load(open(saved))["train"]["log_every_steps"] if os.path.isfile(saved) else 50

@@ -154,8 +154,8 @@ def test_the_ensemble_pilot_adds_the_ensembles_dev_bleu(tmp_path):
 
 def test_rows_of_runs_not_here_are_carried_from_the_last_summary(tmp_path):
   """A pilot's hours run in different sessions: a recipe whose workdir is gone keeps its row from
-  the summary already written (its command as the recipe now reads), a run that is here is read
-  from its workdir, and the page names the carried rows."""
+  the summary already written (its words and command as the recipe now reads), a run that is
+  here is read from its workdir, and the page names the carried rows."""
   runs, out = tmp_path / "runs", tmp_path / "out"
   out.mkdir()
   old = {"f32": {"changes": "old words", "command": "stale", "steps": 3773, "s_per_step": 0.93,
@@ -176,7 +176,8 @@ def test_rows_of_runs_not_here_are_carried_from_the_last_summary(tmp_path):
   assert data["wd02"]["steps"] == 2000 and "carried" not in data["wd02"]
   text = open(multi30k_recipe.write(str(runs), str(out), "avx2")[0]).read()
   assert f"(their workdirs were not in `{runs}`): f32." in text
-  assert "| f32 | old words | 3773 |" in text and "| 39.30 |" in text
+  assert "| f32 | the documented recipe before weight decay" in text and "old words" not in text
+  assert "| 3773 |" in text and "| 39.30 |" in text
   assert json.loads((out / "multi30k_avx2.json").read_text())["wd02"]["steps"] == 2000
 
 
