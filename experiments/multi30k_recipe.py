@@ -263,7 +263,7 @@ def summarize(runs: str, pilot: str = "recipe", previous: dict | None = None) ->
   for name in spec.recipes:
     workdir = os.path.join(runs, name)
     if not os.path.isfile(os.path.join(workdir, "metrics.jsonl")):
-      if name in (previous or {}) and not previous[name].get("ensemble"):
+      if name in (previous or {}):
         out[name] = {**previous[name], "changes": spec.recipes[name][0],
                      "command": command(name, runs, pilot), "carried": True}
       continue
@@ -311,8 +311,9 @@ def write(runs: str, out_dir: str, pilot: str = "recipe") -> list[str]:
   data = summarize(runs, pilot, results_files.read_json(stem + ".json"))
   carried = [name for name, r in data.items() if r.get("carried")]
   os.makedirs(out_dir, exist_ok=True)
-  with open(stem + ".json", "w") as f:
-    json.dump(data, f, indent=1)
+  # Whole or not at all: the previous JSON holds the carried rows, so a failed write must not
+  # leave half of it.
+  files.write_text(stem + ".json", json.dumps(data, indent=1))
   averages = [a for a in AVERAGES if any(str(a) in r["dev_bleu_by_average"] for r in data.values())]
   rows = [[name, r["changes"], r.get("steps"), r.get("s_per_step")]
           + [_at_cell(r["dev_at"][str(m)], spec) for m in spec.marks]
@@ -350,8 +351,7 @@ def write(runs: str, out_dir: str, pilot: str = "recipe") -> list[str]:
           + "".join("\nThe ensemble's dev evaluation, after both runs (and with `--average=A` for "
                     "each A in the table):\n\n```\n" + r["command"] + "\n```\n"
                     for r in ensembles))
-  with open(stem + ".md", "w", encoding="utf-8") as f:
-    f.write(text)
+  files.write_text(stem + ".md", text)
   return [stem + ".md", stem + ".json", stem + ".png"]
 
 
