@@ -307,13 +307,12 @@ def _together(spec: Pilot, data: dict) -> str:
 
 
 def write(runs: str, out_dir: str, pilot: str = "recipe") -> list[str]:
-  spec, stem, host = PILOTS[pilot], os.path.join(out_dir, PILOTS[pilot].stem), results_files.machine()
+  spec, host = PILOTS[pilot], results_files.machine()
+  stem = os.path.join(out_dir, spec.stem)
   data = summarize(runs, pilot, results_files.read_json(stem + ".json"))
   carried = [name for name, r in data.items() if r.get("carried")]
   os.makedirs(out_dir, exist_ok=True)
-  # Whole or not at all: the previous JSON holds the carried rows, so a failed write must not
-  # leave half of it.
-  files.write_text(stem + ".json", json.dumps(data, indent=1))
+  results_files._write_json(stem + ".json", data)  # whole: it holds the carried rows
   averages = [a for a in AVERAGES if any(str(a) in r["dev_bleu_by_average"] for r in data.values())]
   rows = [[name, r["changes"], r.get("steps"), r.get("s_per_step")]
           + [_at_cell(r["dev_at"][str(m)], spec) for m in spec.marks]
