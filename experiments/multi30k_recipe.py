@@ -136,6 +136,13 @@ AVX2_RECIPES = {  # the float32 hour on a CPU without AVX-512: 3773 steps, dev p
     "wd01_again": ("the documented recipe (weight decay 0.1) again, the hour after wd02 on the "
                    "same machine: wd02's baseline there (this machine ran the step 1.4-1.5x "
                    "slower than wd01's)", {"train.weight_decay": 0.1}),
+    "drop01_wd01_2700": ("dropout 0.1 with weight decay 0.1 (dropout 0.1 alone learned fastest for "
+                         "half an hour, then stalled; decay kept wd01 improving), trained to "
+                         "wd01_again's 2700 steps with a checkpoint every 90 (its own ~89 apart), "
+                         "so that it compares at equal steps whatever the machine's load",
+                         {"model.dropout_rate": 0.1, "train.weight_decay": 0.1,
+                          "train.max_train_minutes": 0, "train.num_steps": 2700,
+                          "train.checkpoint_every_minutes": 0, "train.checkpoint_every_steps": 90}),
 }
 ONE_CORE = f"XLA_FLAGS={local_runner.ONE_CORE_XLA_FLAGS}"  # as the sweep's --parallel runs
 TOGETHER = ("at the same time, each pinned to its own core (`taskset`, one-core XLA flags), "
