@@ -319,7 +319,7 @@ def write(runs: str, out_dir: str, pilot: str = "recipe") -> list[str]:
   data = summarize(runs, pilot, results_files.read_json(stem + ".json"))
   carried = [name for name, r in data.items() if r.get("carried")]
   os.makedirs(out_dir, exist_ok=True)
-  results_files._write_json(stem + ".json", data)  # whole: it holds the carried rows
+  results_files.write_json(stem + ".json", data)  # whole: it holds the carried rows
   averages = [a for a in AVERAGES if any(str(a) in r["dev_bleu_by_average"] for r in data.values())]
   rows = [[name, r["changes"], r.get("steps"), r.get("s_per_step")]
           + [_at_cell(r["dev_at"][str(m)], spec) for m in spec.marks]

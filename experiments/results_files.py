@@ -119,7 +119,8 @@ def _json_text(obj) -> str:
   return json.dumps(obj, indent=1, default=str, ensure_ascii=False)
 
 
-def _write_json(path, obj):
+def write_json(path, obj):
+  """Writes `obj` to `path` whole (atomically, replacing it): status files and summaries."""
   files.write_text(path, _json_text(obj))
 
 

@@ -172,7 +172,7 @@ def run_one(res: row_runs.Resolved, seed: int, out: str, results_dir: str, proto
     state = {"row": res.row_id, "seed": seed, "status": status, "error": error, "stage": stage,
              "steps": latest_step(workdir), "target_steps": target,
              "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-    results_files._write_json(os.path.join(workdir, "status.json"), state)
+    results_files.write_json(os.path.join(workdir, "status.json"), state)
     if error:
       log(f"  {name}: {status.upper() if status == 'failed' else status}: {error}")
     return state
@@ -182,13 +182,13 @@ def run_one(res: row_runs.Resolved, seed: int, out: str, results_dir: str, proto
     _share_vocab(out, workdir, res.config, "in")
     log(f"  {name}: training ({target} steps), log {workdir}/train.log")
     start = timing["running_since"] = time.time()  # left behind if this process is killed
-    results_files._write_json(timing_path, timing)
+    results_files.write_json(timing_path, timing)
     rc, error = runner(train_cmd, os.path.join(workdir, "train.log"), timeout_s)
     del timing["running_since"]
     timing["train_seconds"] += time.time() - start
     timing["train_attempts"] += 1
     timing["cpu_share"] = cpus  # of the latest training attempt (None: all cores)
-    results_files._write_json(timing_path, timing)
+    results_files.write_json(timing_path, timing)
     if rc != 0:
       return finish("failed", error, "train")
   step = latest_step(workdir)
@@ -204,7 +204,7 @@ def run_one(res: row_runs.Resolved, seed: int, out: str, results_dir: str, proto
   start = time.time()
   rc, error = runner(eval_cmd, os.path.join(workdir, "eval.log"), 0.0)
   timing["eval_seconds"] = time.time() - start
-  results_files._write_json(timing_path, timing)
+  results_files.write_json(timing_path, timing)
   evaluation = results_files.read_json(stem + ".json")
   if rc != 0 or evaluation is None:
     return finish("failed", error or f"the evaluation wrote no {stem}.json", "eval")
@@ -286,7 +286,7 @@ def _check_out(out: str, sweep_name: str, scale_name: str) -> None:
                       f"'{previous.get('scale')}'; use another --out for '{sweep_name}' at "
                       f"'{scale_name}'")
   os.makedirs(out, exist_ok=True)
-  results_files._write_json(path, {"sweep": sweep_name, "scale": scale_name})
+  results_files.write_json(path, {"sweep": sweep_name, "scale": scale_name})
 
 
 def _print_commands(runs, out, launcher, commands_file, follow_args):

@@ -31,11 +31,12 @@ from transformer_jax.config import ConfigError
 
 T = TypeVar("T")
 DISABLE_ENV = "TRANSFORMER_JAX_DISTRIBUTED"
+JIT_CACHE_ENV = "TRANSFORMER_JAX_JIT_CACHE"
 
 
 def enable_compilation_cache() -> None:
   """Compiled steps are reused across runs and restarts (TRANSFORMER_JAX_JIT_CACHE='' disables)."""
-  path = os.environ.get("TRANSFORMER_JAX_JIT_CACHE",
+  path = os.environ.get(JIT_CACHE_ENV,
                         os.path.join(os.path.expanduser("~"), ".cache", "transformer_jax", "jit"))
   if path:
     jax.config.update("jax_compilation_cache_dir", path)

@@ -22,7 +22,10 @@ def param_shapes(cfg: ModelConfig):
 
 
 def count_params(cfg: ModelConfig) -> int:
-  return int(sum(np.prod(leaf.shape) for leaf in jax.tree.leaves(param_shapes(cfg))))
+  """Counted on the `scan_layers` twin: the same parameters stacked on a 'layers' axis, traced
+  one layer a stack instead of N (Table 3's reports count 20 paper-scale models)."""
+  scanned = param_shapes(cfg.replace(scan_layers=True))
+  return int(sum(np.prod(leaf.shape) for leaf in jax.tree.leaves(scanned)))
 
 
 def count_tree(params) -> int:
