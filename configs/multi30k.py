@@ -37,7 +37,8 @@ How and why it differs from the paper's base model:
   LayerNorm scales: chosen on dev in this CPU's hour, +0.84 dev sacreBLEU (p = 0.04) and lower
   dev perplexity at equal steps (experiments/results/multi30k_avx2.md). Dropout 0.1 instead of
   0.2 (the paper's) learns faster for half the hour, then stalls (+0.37 dev, noise). Weight
-  decay 0.2 lowers dev perplexity a further 4-8% at equal steps but not dev BLEU (+0.07, noise).
+  decay 0.2 lowers dev perplexity a further 4-8% at equal steps but not dev BLEU (+0.07, noise);
+  so does dropout 0.1 with weight decay 0.1 (-3 to -18% at equal steps, +0.17 dev, noise).
 - training stops on wall time (`train.max_train_minutes`), checkpoints every 2 minutes (the
   paper: every 10) so that the number of last checkpoints to average can be chosen on the dev
   split (`python -m experiments.report_run --average_choices=...`).

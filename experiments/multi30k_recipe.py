@@ -139,7 +139,9 @@ AVX2_RECIPES = {  # the float32 hour on a CPU without AVX-512: 3773 steps, dev p
     "drop01_wd01_2700": ("dropout 0.1 with weight decay 0.1 (dropout 0.1 alone learned fastest for "
                          "half an hour, then stalled; decay kept wd01 improving), trained to "
                          "wd01_again's 2700 steps with a checkpoint every 90 (its own ~89 apart), "
-                         "so that it compares at equal steps whatever the machine's load",
+                         "so that it compares at equal steps whatever the machine's load (test "
+                         "suites ran beside most of its first hour: its minutes and s/step do "
+                         "not compare)",
                          {"model.dropout_rate": 0.1, "train.weight_decay": 0.1,
                           "train.max_train_minutes": 0, "train.num_steps": 2700,
                           "train.checkpoint_every_minutes": 0, "train.checkpoint_every_steps": 90}),
