@@ -5,10 +5,10 @@ compilation cache on for users (`distributed.enable_compilation_cache`, by defau
 ~/.cache). Sharing that user cache, the suite's wall time would depend on what earlier runs
 left there, and a stale entry could reach a test. So the session gets an empty directory of its
 own and every run starts cold, as CI does; pytest-xdist workers and the subprocesses the tests
-start inherit it through TRANSFORMER_JAX_JIT_CACHE. In-process tests
-use it too (each `jit_train_step` call is a new jitted function: a repeated program is a disk
-read), which pays off in the tests that compile one program several times; for the whole
-suite it is about even with the warm user cache it replaces.
+start inherit it through TRANSFORMER_JAX_JIT_CACHE. In-process tests use it too (each
+`jit_train_step` call is a new jitted function: a repeated program is a disk read), which pays
+off in the tests that compile one program several times; for the whole suite it is about even
+with the warm user cache it replaces.
 """
 
 import os
