@@ -84,10 +84,7 @@ def test_the_hour_pilots_run_together_on_separate_cores(name):
     config_lib.validate(c)
     for key, value in changes.items():
       assert _key(c, key) == value
-    minutes = changes.get("train.max_train_minutes", pilot.minutes)
-    assert c.train.max_train_minutes == minutes
-    if not minutes:  # compared at equal steps instead: it must say how many
-      assert "train.num_steps" in changes, name
+    assert c.train.max_train_minutes == pilot.minutes  # the pilots run together: all for the hour
   assert len(set(cores)) == len(cores) == 2  # each on its own core
 
 

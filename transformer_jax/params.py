@@ -24,8 +24,7 @@ def param_shapes(cfg: ModelConfig):
 def count_params(cfg: ModelConfig) -> int:
   """Counted on the `scan_layers` twin: the same parameters stacked on a 'layers' axis, traced
   one layer a stack instead of N (Table 3's reports count 20 paper-scale models)."""
-  scanned = param_shapes(cfg.replace(scan_layers=True))
-  return int(sum(np.prod(leaf.shape) for leaf in jax.tree.leaves(scanned)))
+  return count_tree(param_shapes(cfg.replace(scan_layers=True)))
 
 
 def count_tree(params) -> int:
