@@ -1,4 +1,5 @@
-"""Shared test settings: where the real data is (the same setting users and CI use)."""
+"""Shared test settings: where the real data is (the same setting users and CI use), the XLA
+flags the suite compiles with, and a tiny model for CLI runs."""
 
 import os
 
@@ -12,6 +13,21 @@ requires_data = pytest.mark.skipif(
     not (DATA_DIR and os.path.isdir(os.path.join(DATA_DIR, "multi30k"))),
     reason="set TRANSFORMER_JAX_DATA_DIR to the shared data folder (CI sets ../shared/data)")
 
+# XLA compilation is most of the suite's time on a 2-core CPU, and LLVM's optimisation of the
+# generated CPU code is half of it. So the suite compiles with it off: XLA's own passes (fusion,
+# layouts, SPMD partitioning, collectives), through which a mistake in our code would show, run
+# as for users, and the operations' numerics do not change (matmuls call the same library
+# kernels; no fast-math either way); only the tiny test models run on less optimised machine
+# code. TRANSFORMER_JAX_TEST_XLA_FLAGS='' runs the suite with XLA's defaults.
+SUITE_XLA_FLAGS = os.environ.get("TRANSFORMER_JAX_TEST_XLA_FLAGS",
+                                 "--xla_backend_optimization_level=0")
+
+
+def xla_flags(*extra: str) -> str:
+  """XLA_FLAGS for a process the suite starts: the suite's flags and `extra`."""
+  return " ".join(f for f in (SUITE_XLA_FLAGS, *extra) if f)
+
+
 # A tiny model for CLI runs in subprocesses (a few seconds per run once compiled).
 TINY_CLI_FLAGS = [
     "--config=configs/tiny.py",
@@ -24,6 +40,8 @@ TINY_CLI_FLAGS = [
     "--config.train.max_eval_batches=1", "--config.train.checkpoint_every_steps=2",
     "--config.train.keep_checkpoints=10", "--config.train.progress_bar=False",
     "--config.train.peak_flops=1e11",
+    # 300 pieces from 4000 sentences: the same code path as the whole corpus in a tenth of the time.
+    "--config.data.vocab_train_sentences=4000",
 ]
 
 

@@ -1,4 +1,5 @@
-"""One compilation cache for the whole test session, and only for it.
+"""The suite's XLA flags (tests/common.py says why), and one compilation cache for the whole
+test session, and only for it.
 
 The CLI tests start a fresh process per command, and `main.py` turns JAX's persistent
 compilation cache on for users (`distributed.enable_compilation_cache`, by default in
@@ -15,6 +16,7 @@ import os
 import shutil
 import tempfile
 
+from tests.common import SUITE_XLA_FLAGS, xla_flags
 from transformer_jax import distributed
 
 _OWNED = "_TRANSFORMER_JAX_TEST_JIT_CACHE_OWNER"
@@ -22,6 +24,10 @@ _OWNED = "_TRANSFORMER_JAX_TEST_JIT_CACHE_OWNER"
 
 def pytest_configure(config):
   del config
+  # Before any test starts a backend; xdist workers and subprocesses inherit it.
+  flags = os.environ.get("XLA_FLAGS", "")
+  if SUITE_XLA_FLAGS not in flags:  # xdist workers find it set by the controller
+    os.environ["XLA_FLAGS"] = xla_flags(flags)
   if distributed.JIT_CACHE_ENV not in os.environ:  # "" turns the cache off
     os.environ[distributed.JIT_CACHE_ENV] = tempfile.mkdtemp(prefix="transformer_jax_test_jit_")
     os.environ[_OWNED] = str(os.getpid())

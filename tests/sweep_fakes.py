@@ -9,7 +9,7 @@ import threading
 import time
 
 from experiments import local_runner, run
-from tests.common import REPO
+from tests.common import REPO, xla_flags
 from transformer_jax import workdir as workdir_lib
 
 TABLE3 = "experiments/table3.py"
@@ -17,7 +17,7 @@ TABLE3 = "experiments/table3.py"
 
 def sweep_cli(*args, timeout=120):
   env = dict(os.environ, JAX_PLATFORMS="cpu")
-  env.pop("XLA_FLAGS", None)
+  env["XLA_FLAGS"] = xla_flags()  # none of the caller's (a device count, say)
   return subprocess.run([sys.executable, "-m", "experiments.run", *args], cwd=REPO, env=env,
                         capture_output=True, text=True, timeout=timeout)
 

@@ -19,7 +19,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.common import DATA_DIR, REPO, TINY_CLI_FLAGS, requires_data
+from tests.common import DATA_DIR, REPO, TINY_CLI_FLAGS, requires_data, xla_flags
 from transformer_jax import metrics
 
 
@@ -38,7 +38,7 @@ def _free_port() -> int:
 
 def _env(devices_per_process: int):
   env = dict(os.environ, TRANSFORMER_JAX_DATA_DIR=DATA_DIR, JAX_PLATFORMS="cpu")
-  env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices_per_process}"
+  env["XLA_FLAGS"] = xla_flags(f"--xla_force_host_platform_device_count={devices_per_process}")
   for key in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID"):
     env.pop(key, None)
   env["TRANSFORMER_JAX_DISTRIBUTED"] = "0"  # never auto-join a SLURM/TPU cluster CI runs in
@@ -149,9 +149,10 @@ def _wait_for_step(workdir, step, procs, timeout=TIMEOUT_S):
 @pytest.mark.slow
 @pytest.mark.multiprocess
 def test_sigterm_to_one_process_stops_both_at_the_same_step(tmp_path):
-  """SIGTERM reaches one host only (as on a TPU slice): both save the same step, exit 0, and a
-  restart resumes both from it. Deciding alone, the signalled process would enter the save
-  barrier while the other entered the next all-reduce: a hang."""
+  """SIGTERM reaches one host only (as on a TPU slice): both save the same step, exit 0, and the
+  checkpoint is whole. Deciding alone, the signalled process would enter the save barrier while
+  the other entered the next all-reduce: a hang. (That a pair resumes from a checkpoint both
+  wrote is test_two_processes_train_like_one_and_resume's.)"""
   import signal  # pylint: disable=g-import-not-at-top
   w = str(tmp_path / "run")
   address = f"127.0.0.1:{_free_port()}"
@@ -164,10 +165,7 @@ def test_sigterm_to_one_process_stops_both_at_the_same_step(tmp_path):
   assert len(saved) == 1, saved
   # Process 0 reports (it was not signalled); both exited 0 (_finish) after one joint save.
   assert f"SIGTERM: saved a checkpoint at step {saved[0]}; exiting" in outputs[0], outputs[0][-2000:]
-  outputs = _pair(w, saved[0] + 2)
-  for out in outputs:
-    assert f"resuming from the checkpoint at step {saved[0]}" in out
-  assert _steps(w)[-1] == saved[0] + 2
+  assert all(np.isfinite(v).all() for v in _params(w, saved[0]).values())  # committed and loads
 
 
 @requires_data

@@ -81,7 +81,7 @@ def test_weight_decay_shrinks_weights_but_not_biases_or_layernorm_scales():
   state = step.create_state(c, mesh)
   tx = make_optimizer(c)
   zeros = jax.tree.map(jnp.zeros_like, state.params)
-  updates, _ = tx.update(zeros, state.opt_state, state.params)
+  updates, _ = jax.jit(tx.update)(zeros, state.opt_state, state.params)
   rate = float(make_schedule(c)(0))
   flat = {jax.tree_util.keystr(k): (np.asarray(u), np.asarray(p)) for (k, u), p in zip(
       jax.tree_util.tree_leaves_with_path(updates), jax.tree.leaves(state.params))}
@@ -182,13 +182,16 @@ def test_chunked_loss_equals_the_unchunked_loss_and_gradients(chunk, eps):
   src[1, 6:], tgt[1, 8:], tgt[2, 3:] = 0, 0, 0
   batch = {"inputs": jnp.asarray(src), "targets": jnp.asarray(tgt)}
   model = Transformer(cfg)
-  params = nn.meta.unbox(model.init(jax.random.key(0), batch["inputs"], batch["targets"])["params"])
+  variables = jax.jit(model.init)(jax.random.key(0), batch["inputs"], batch["targets"])
+  params = nn.meta.unbox(variables["params"])
 
   def loss(p, c):
     return step._loss_and_metrics(p, model, batch, eps, True, chunk=c)  # pylint: disable=protected-access
 
-  (full, m_full), g_full = jax.value_and_grad(loss, has_aux=True)(params, 0)
-  (chunked, m_chunked), g_chunked = jax.value_and_grad(loss, has_aux=True)(params, chunk)
+  # Jitted: run eagerly, each of the backward pass's operations would be compiled on its own.
+  grad_fn = jax.jit(jax.value_and_grad(loss, has_aux=True), static_argnums=1)
+  (full, m_full), g_full = grad_fn(params, 0)
+  (chunked, m_chunked), g_chunked = grad_fn(params, chunk)
   assert float(m_chunked["tokens"]) == float(m_full["tokens"]) == float((tgt != 0).sum())
   np.testing.assert_allclose(float(chunked), float(full), rtol=1e-6)
   np.testing.assert_allclose(float(m_chunked["nll_sum"]), float(m_full["nll_sum"]), rtol=1e-6)

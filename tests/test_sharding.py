@@ -19,6 +19,8 @@ import sys
 import numpy as np
 import pytest
 
+from tests.common import xla_flags
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NUM_DEVICES = 8
 MESHES = {"data8": (8, 1, 1), "fsdp8": (1, 8, 1), "tensor8": (1, 1, 8), "mixed222": (2, 2, 2)}
@@ -246,7 +248,7 @@ def worker_main(tmpdir: str) -> dict:
 
 def _run_worker(tmp: str) -> dict:
   env = dict(os.environ, JAX_PLATFORMS="cpu",
-             XLA_FLAGS=f"--xla_force_host_platform_device_count={NUM_DEVICES}")
+             XLA_FLAGS=xla_flags(f"--xla_force_host_platform_device_count={NUM_DEVICES}"))
   env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
   proc = subprocess.run([sys.executable, "-m", "tests.test_sharding", tmp], cwd=REPO, env=env,
                         capture_output=True, text=True, timeout=600)

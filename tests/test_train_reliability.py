@@ -19,7 +19,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.common import DATA_DIR, REPO, TINY_CLI_FLAGS, requires_data
+from tests.common import DATA_DIR, REPO, TINY_CLI_FLAGS, requires_data, xla_flags
 from transformer_jax import metrics
 
 pytestmark = [requires_data, pytest.mark.slow]
@@ -33,7 +33,7 @@ def _cmd(workdir, *extra):
 
 def _env():
   env = dict(os.environ, TRANSFORMER_JAX_DATA_DIR=DATA_DIR, JAX_PLATFORMS="cpu")
-  env.pop("XLA_FLAGS", None)
+  env["XLA_FLAGS"] = xla_flags()  # none of the caller's (a device count, say)
   return env
 
 
@@ -309,7 +309,7 @@ def test_a_full_disk_stops_the_run_in_one_line_with_the_last_checkpoint_intact(t
 def test_mfu_divides_by_the_peak_of_every_device(tmp_path):
   """8 simulated devices, a given per-device peak: the logged MFU is the global model FLOP/s over
   8 x the peak (it used to be over one device's peak: 8x too high)."""
-  env = dict(_env(), XLA_FLAGS="--xla_force_host_platform_device_count=8")
+  env = dict(_env(), XLA_FLAGS=xla_flags("--xla_force_host_platform_device_count=8"))
   result = subprocess.run(_cmd(str(tmp_path / "run"), "--config.train.num_steps=4",
                                "--config.train.peak_flops=1e9"),
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
