@@ -36,6 +36,7 @@ TINY_CLI_FLAGS = [
     "--config.model.num_encoder_layers=1", "--config.model.num_decoder_layers=1",
     "--config.data.tokens_per_batch=512", "--config.data.max_source_len=32",
     "--config.data.max_target_len=32",
+    "--config.data.num_buckets=1",  # one train-step shape to compile, not three
     "--config.train.log_every_steps=2", "--config.train.eval_every_steps=1000",
     "--config.train.max_eval_batches=1", "--config.train.checkpoint_every_steps=2",
     "--config.train.keep_checkpoints=10", "--config.train.progress_bar=False",

@@ -1,6 +1,11 @@
 """The suite's XLA flags (tests/common.py says why), and one compilation cache for the whole
 test session, and only for it.
 
+A module whose module-scoped fixture is costly (a trained workdir, a vocabulary, the 8-device
+sharding report) is marked `pytest.mark.xdist_group(__name__)`, and pyproject.toml runs xdist
+with --dist=loadgroup: its tests then run on one worker, which builds the fixture once. Spread
+over both workers, each built it (or, for the sharding report, one waited for the other's).
+
 The CLI tests start a fresh process per command, and `main.py` turns JAX's persistent
 compilation cache on for users (`distributed.enable_compilation_cache`, by default in
 ~/.cache). Sharing that user cache, the suite's wall time would depend on what earlier runs

@@ -42,6 +42,9 @@ def _config(vocab_size):
   return c
 
 
+pytestmark = pytest.mark.xdist_group(__name__)  # one worker builds the fixture: see conftest
+
+
 @pytest.fixture(scope="module")
 def setup():
   model = io.BytesIO()

@@ -30,6 +30,9 @@ def _bench(*args, timeout=600):
                         capture_output=True, text=True, timeout=timeout)
 
 
+pytestmark = pytest.mark.xdist_group(__name__)  # one worker builds the fixture: see conftest
+
+
 @pytest.fixture(scope="module")
 def result(tmp_path_factory):
   out = tmp_path_factory.mktemp("bench") / "bench"

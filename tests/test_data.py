@@ -20,7 +20,8 @@ import pytest
 from tests.common import DATA_DIR, requires_data
 from transformer_jax.data import DataError, batching, pipeline, sources, token_cache, tokenizer
 
-pytestmark = requires_data
+# One xdist worker runs the module, so its vocabulary is trained once (conftest).
+pytestmark = [requires_data, pytest.mark.xdist_group(__name__)]
 
 
 def _config(tfds_dir, **data):

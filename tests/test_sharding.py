@@ -257,6 +257,9 @@ def _run_worker(tmp: str) -> dict:
   return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+pytestmark = pytest.mark.xdist_group(__name__)  # one worker builds the fixture: see conftest
+
+
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
   """The worker's report, computed once per test session (also across pytest-xdist workers)."""

@@ -207,7 +207,9 @@ def test_tiny_real_run_trains_evaluates_and_is_skipped_on_rerun(tmp_path):
   out, results = tmp_path / "real", tmp_path / "results"
   args = (f"--sweep={TABLE3}", "--scale=tiny", f"--out={out}", f"--results_dir={results}",
           "--rows=B_dk16", "--seeds=1", "--config.model.num_encoder_layers=1",
-          "--config.model.num_decoder_layers=1")
+          "--config.model.num_decoder_layers=1",
+          # a vocabulary from 4000 sentences and one step shape: less to train and compile
+          "--config.data.vocab_train_sentences=4000", "--config.data.num_buckets=1")
   os.environ.setdefault("TRANSFORMER_JAX_DATA_DIR", DATA_DIR)
   result = sweep_cli(*args, timeout=300)
   assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]

@@ -22,7 +22,8 @@ import pytest
 from tests.common import DATA_DIR, REPO, TINY_CLI_FLAGS, requires_data, xla_flags
 from transformer_jax import metrics
 
-pytestmark = [requires_data, pytest.mark.slow]
+# One xdist worker runs the module, so its vocabulary and reference run are built once (conftest).
+pytestmark = [requires_data, pytest.mark.slow, pytest.mark.xdist_group(__name__)]
 
 FLAGS = TINY_CLI_FLAGS
 

@@ -10,7 +10,8 @@ import pytest
 from tests.common import DATA_DIR, requires_data
 from tests.test_train_reliability import FLAGS, REPO, _env
 
-pytestmark = [requires_data, pytest.mark.slow]
+# One xdist worker runs the module, so the trained workdir is built once (conftest).
+pytestmark = [requires_data, pytest.mark.slow, pytest.mark.xdist_group(__name__)]
 
 
 def _main(*args, stdin=None, timeout=300):
