@@ -345,9 +345,11 @@ def test_table3_param_counts(row, overrides, paper):
   assert abs(count / 1e6 - paper) <= TOLERANCE_M.get(row, 3.0), (row, count)
 
 
-@pytest.mark.parametrize("overrides", [dict(), dict(num_encoder_layers=2, num_decoder_layers=5,
-                                                 pe_type="learned", tie_embeddings=False)])
-def test_param_count_of_the_scanned_twin_is_the_unrolled_models(overrides):
+@pytest.mark.parametrize("overrides", [
+    dict(), dict(num_encoder_layers=2, num_decoder_layers=5, pe_type="learned",
+                 tie_embeddings=False),
+    dict(num_encoder_layers=3, num_decoder_layers=1, pre_ln=True, scan_layers=True)])
+def test_param_count_from_the_one_layer_twin_is_the_whole_models(overrides):
   from transformer_jax.params import count_tree, param_shapes  # pylint: disable=g-import-not-at-top
   cfg = ModelConfig(vocab_size=1000, d_model=64, d_ff=96, num_heads=4, d_k=16, d_v=8, **overrides)
   assert count_params(cfg) == count_tree(param_shapes(cfg))

@@ -40,7 +40,8 @@ def enable_compilation_cache() -> None:
                         os.path.join(os.path.expanduser("~"), ".cache", "transformer_jax", "jit"))
   if path:
     jax.config.update("jax_compilation_cache_dir", path)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:  # a user's setting wins
+      jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
 
 
 def _env_int(name):
