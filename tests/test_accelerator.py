@@ -23,6 +23,7 @@ def test_acceptance_report_on_cpu(tmp_path):
   out = tmp_path / "acc"
   p = _run("--config=configs/tiny.py", "--memory_config=configs/tiny.py",
            "--config.model.attention_impl=dot_product_attention", "--config.model.d_v=16",
+           "--config.model.num_encoder_layers=1", "--config.model.num_decoder_layers=1",
            "--steps=2", "--warmup=0", f"--out={out}")
   assert p.returncode == 0, p.stderr[-3000:]
   r = json.loads((tmp_path / "acc.json").read_text())

@@ -77,6 +77,7 @@ def test_weight_decay_shrinks_weights_but_not_biases_or_layernorm_scales():
   from transformer_jax import sharding, step  # pylint: disable=g-import-not-at-top
   c = tiny.get_config()
   c.train.weight_decay = 0.01
+  c.model.num_encoder_layers = c.model.num_decoder_layers = 1  # every kind of parameter, once
   mesh = sharding.make_mesh(c.mesh)
   state = step.create_state(c, mesh)
   tx = make_optimizer(c)
