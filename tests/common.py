@@ -14,11 +14,11 @@ requires_data = pytest.mark.skipif(
     reason="set TRANSFORMER_JAX_DATA_DIR to the shared data folder (CI sets ../shared/data)")
 
 # XLA compilation is most of the suite's time on a 2-core CPU, and LLVM's optimisation of the
-# generated CPU code is half of it. So the suite compiles with it off: XLA's own passes (fusion,
-# layouts, SPMD partitioning, collectives), through which a mistake in our code would show, run
-# as for users, and the operations' numerics do not change (matmuls call the same library
-# kernels; no fast-math either way); only the tiny test models run on less optimised machine
-# code. TRANSFORMER_JAX_TEST_XLA_FLAGS='' runs the suite with XLA's defaults.
+# generated CPU code is a large part of it. So the suite compiles with it off: XLA's own passes
+# (fusion, layouts, SPMD partitioning, collectives), through which a mistake in our code would
+# show, run as for users, and so do the library kernels matmuls call; LLVM keeps IEEE float
+# semantics at every level (no fast-math), so only the speed of the tiny test models' machine
+# code changes. TRANSFORMER_JAX_TEST_XLA_FLAGS='' runs the suite with XLA's defaults.
 SUITE_XLA_FLAGS = os.environ.get("TRANSFORMER_JAX_TEST_XLA_FLAGS",
                                  "--xla_backend_optimization_level=0")
 

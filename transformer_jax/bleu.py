@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-import sacremoses
 from sacrebleu.metrics import BLEU, CHRF, TER
+
+if TYPE_CHECKING:  # imported where used: half a second every training process does not need
+  import sacremoses
 
 _COMPOUND_RE = re.compile(r"(\S)-(\S)")
 TOKENIZED_METHOD = ("t2t get_ende_bleu.sh: replace-unicode-punctuation + Moses tokenizer (sacremoses, "
@@ -49,6 +51,7 @@ def split_compounds(text: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _moses(lang: str) -> sacremoses.MosesTokenizer:
+  import sacremoses  # pylint: disable=g-import-not-at-top,redefined-outer-name
   return sacremoses.MosesTokenizer(lang=lang)
 
 
@@ -59,6 +62,7 @@ def moses_tokenize(text: str, lang: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _punct() -> sacremoses.MosesPunctNormalizer:
+  import sacremoses  # pylint: disable=g-import-not-at-top,redefined-outer-name
   return sacremoses.MosesPunctNormalizer()
 
 
