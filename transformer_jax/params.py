@@ -23,9 +23,8 @@ def param_shapes(cfg: ModelConfig):
 
 def count_params(cfg: ModelConfig) -> int:
   """Counted on the one-layer twin: every layer of a stack has the same parameters, so N layers
-  are the twin's count plus N-1 more of its layer_0 (tracing one unrolled layer a stack costs a
-  fifth of tracing N=6, a third of the `scan_layers` twin; Table 3's reports count 20
-  paper-scale models)."""
+  are the twin's count plus N-1 more of its layer_0. One layer a stack is traced, whatever N
+  (Table 3's reports count 20 paper-scale models; the `scan_layers` twin traced slower)."""
   one = param_shapes(cfg.replace(num_encoder_layers=1, num_decoder_layers=1, scan_layers=False))
   per_layer = {stack: count_tree(one[stack]["layer_0"]) for stack in ("encoder", "decoder")}
   return (count_tree(one) + (cfg.num_encoder_layers - 1) * per_layer["encoder"]
