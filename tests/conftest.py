@@ -21,8 +21,6 @@ import os
 import shutil
 import tempfile
 
-import jax
-
 from tests.common import SUITE_XLA_FLAGS, xla_flags
 from transformer_jax import distributed
 
@@ -39,9 +37,8 @@ def pytest_configure(config):
     os.environ[distributed.JIT_CACHE_ENV] = tempfile.mkdtemp(prefix="transformer_jax_test_jit_")
     os.environ[_OWNED] = str(os.getpid())
   # Every program, however quickly compiled: CLI runs compile the same small programs again and
-  # again. Read by jax at import in the subprocesses; set here for the tests' own process.
+  # again (enable_compilation_cache reads it, here and in every subprocess).
   os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
   distributed.enable_compilation_cache()
 
 

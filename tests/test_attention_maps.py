@@ -23,6 +23,8 @@ from transformer_jax.model import Transformer
 from transformer_jax.translate import Translator
 from tests.test_model import reference
 
+pytestmark = pytest.mark.xdist_group(__name__)  # one worker builds the fixture: see conftest
+
 CORPUS = ["A man in a blue shirt is riding a bike through the park.",
           "Two dogs play in the snow.", "A woman is reading a book on a bench.",
           "The animal didn't cross the street because it was too tired.",
@@ -40,9 +42,6 @@ def _config(vocab_size):
   c.data.max_source_len = c.data.max_target_len = 30
   c.decode.beam_size, c.decode.batch_size, c.decode.max_extra_len = 2, 2, 5
   return c
-
-
-pytestmark = pytest.mark.xdist_group(__name__)  # one worker builds the fixture: see conftest
 
 
 @pytest.fixture(scope="module")

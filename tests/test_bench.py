@@ -18,6 +18,8 @@ from transformer_jax.config import ConfigError, ModelConfig
 
 from tests.common import DATA_DIR, REPO
 
+pytestmark = pytest.mark.xdist_group(__name__)  # one worker builds the fixture: see conftest
+
 _HAS_MULTI30K = bool(DATA_DIR) and os.path.isdir(os.path.join(DATA_DIR, "multi30k"))
 
 
@@ -28,9 +30,6 @@ def _number(x):
 def _bench(*args, timeout=600):
   return subprocess.run([sys.executable, "-m", "benchmarks", *args], cwd=REPO,
                         capture_output=True, text=True, timeout=timeout)
-
-
-pytestmark = pytest.mark.xdist_group(__name__)  # one worker builds the fixture: see conftest
 
 
 @pytest.fixture(scope="module")

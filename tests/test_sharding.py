@@ -21,6 +21,8 @@ import pytest
 
 from tests.common import xla_flags
 
+pytestmark = pytest.mark.xdist_group(__name__)  # one worker builds the fixture: see conftest
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NUM_DEVICES = 8
 MESHES = {"data8": (8, 1, 1), "fsdp8": (1, 8, 1), "tensor8": (1, 1, 8), "mixed222": (2, 2, 2)}
@@ -255,9 +257,6 @@ def _run_worker(tmp: str) -> dict:
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
   assert "Involuntary full rematerialization" not in proc.stderr, proc.stderr[-5000:]
   return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-pytestmark = pytest.mark.xdist_group(__name__)  # one worker builds the fixture: see conftest
 
 
 @pytest.fixture(scope="module")

@@ -40,8 +40,9 @@ def enable_compilation_cache() -> None:
                         os.path.join(os.path.expanduser("~"), ".cache", "transformer_jax", "jit"))
   if path:
     jax.config.update("jax_compilation_cache_dir", path)
-    if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:  # a user's setting wins
-      jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    # Programs that compile faster than this are not written (a user's setting wins).
+    min_secs = os.environ.get("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "1.0")
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_secs))
 
 
 def _env_int(name):
