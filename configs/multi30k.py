@@ -30,8 +30,14 @@ How and why it differs from the paper's base model:
   rate helped at 4096 tokens but not at 2048. Packed (several sentence pairs per 100-token row,
   attention kept within each pair) rather than length-bucketed: one batch shape to compile and
   ~95% real tokens instead of ~75%.
-- warmup 400 steps (paper 4000) with scale 0.5 (peak rate 1.6e-3): the run is a few thousand
-  steps of 2048-token batches, not 100k steps of 25000-token batches.
+- warmup 400 steps (paper 4000) with scale 0.7 (peak rate 2.2e-3): the run is a few thousand
+  steps of 2048-token batches, not 100k steps of 25000-token batches. Scale 0.7 against the
+  earlier 0.5, both at the 2700 steps this CPU's hour makes: dev perplexity 3% lower at every
+  evaluation, dev sacreBLEU +0.92 (p = 0.034; experiments/results/multi30k_avx2.md). On the
+  two-core bfloat16 hour with dropout 0.3 (10496 steps) it was no better (-0.32, noise): the
+  rate suits hours short of updates. Results before 2026-11-26 15:30 ran with 0.5 (and before 03:20 without
+  weight decay): add `--config.train.learning_rate_scale=0.5` (`--config.train.weight_decay=0`)
+  to rerun them.
 - dropout 0.2 (paper 0.1 for base) on the residuals: 29k pairs overfit quickly.
 - AdamW weight decay 0.1 (paper: none) on the weight matrices and embeddings, not on biases or
   LayerNorm scales: chosen on dev in this CPU's hour, +0.84 dev sacreBLEU (p = 0.04) and lower
