@@ -9,13 +9,13 @@ The short variant (`--config=configs/multi30k.py:short`, 3 minutes of training) 
 first command: a smaller model (2 + 2 layers, d_model 128) whose dev sacreBLEU on 500 sentences
 and three example translations are printed at the end (measured: experiments/results/quickstart.md).
 
-Expected (measured, experiments/results/multi30k_wd.md): ~4000 steps in the hour on 2 cores of an
-AMD EPYC without AVX-512, dev perplexity 5.4, test2016 sacreBLEU 39.8 with the last 5 checkpoints
-averaged (that number chosen on dev with `python -m experiments.report_run
---average_choices=1,3,5,10`; the README's "A full run" has the command). Before weight decay
-(below) the same commands made ~4800 steps on an AMD EPYC with AVX-512 (test2016 39.1,
-experiments/results/multi30k.md) and ~7100 on a faster Intel Xeon (39.7,
-experiments/results/multi30k_intel.md).
+Expected (measured, experiments/results/multi30k_lr07.md): on a slow instance of an AMD EPYC
+without AVX-512, 2661 steps in the hour on 2 cores, dev perplexity 5.85, test2016 sacreBLEU 38.2
+with the last 5 checkpoints averaged (that number chosen on dev with `python -m
+experiments.report_run --average_choices=1,3,5,10`; the README's "A full run" has the command).
+The hour's score follows the CPU's speed: with scale 0.5 a faster instance made 4037 steps (39.8,
+experiments/results/multi30k_wd.md), and before weight decay an AMD EPYC with AVX-512 ~4800
+(39.1, multi30k.md) and a faster Intel Xeon ~7100 (39.7, multi30k_intel.md).
 
 How and why it differs from the paper's base model:
 - model: d_model 256, 4 heads of d_k = d_v = 64, d_ff 1024, 3 + 3 layers (7.6M parameters):
