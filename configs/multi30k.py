@@ -35,9 +35,9 @@ How and why it differs from the paper's base model:
   earlier 0.5, both at the 2700 steps this CPU's hour makes: dev perplexity 3% lower at every
   evaluation, dev sacreBLEU +0.92 (p = 0.034; experiments/results/multi30k_avx2.md). On the
   two-core bfloat16 hour with dropout 0.3 (10496 steps) it was no better (-0.32, noise): the
-  rate suits hours short of updates. Results before 2026-11-26 15:30 ran with 0.5 (and before 03:20 without
-  weight decay): add `--config.train.learning_rate_scale=0.5` (`--config.train.weight_decay=0`)
-  to rerun them.
+  rate suits hours short of updates. Results before 2026-11-26 15:30 ran with 0.5 (and before
+  03:20 without weight decay): add `--config.train.learning_rate_scale=0.5`
+  (`--config.train.weight_decay=0`) to rerun them.
 - dropout 0.2 (paper 0.1 for base) on the residuals: 29k pairs overfit quickly.
 - AdamW weight decay 0.1 (paper: none) on the weight matrices and embeddings, not on biases or
   LayerNorm scales: chosen on dev in this CPU's hour, +0.84 dev sacreBLEU (p = 0.04) and lower

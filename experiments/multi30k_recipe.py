@@ -149,7 +149,8 @@ AVX2_RECIPES = {  # the float32 hour on a CPU without AVX-512: 3773 steps, dev p
                          {"model.dropout_rate": 0.1, "train.weight_decay": 0.1,
                           "train.max_train_minutes": 0, "train.num_steps": 2700,
                           "train.checkpoint_every_minutes": 0, "train.checkpoint_every_steps": 90}),
-    "lr07_wd01_2700": ("learning-rate scale 0.7 (peak 2.2e-3; documented 0.5) with weight decay "
+    "lr07_wd01_2700": ("learning-rate scale 0.7 (peak 2.2e-3; the recipe's 0.5 then, adopted after "
+                       "this run) with weight decay "
                        "0.1, trained to wd01_again's 2700 steps like drop01_wd01_2700: that hour "
                        "is short of updates (dev perplexity still falling 6.17 -> 6.04 over its "
                        "last 200 steps), and AdamW's decay scales with the rate",
