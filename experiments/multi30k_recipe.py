@@ -126,6 +126,10 @@ ENSEMBLE_RECIPES = {  # two models for the price of one two-core hour
     "alone": ("the documented recipe (float32), seed 0, alone on both cores after the pair: the "
               "one-model hour the ensemble competes with", {"seed": 0}),
 }
+# Trained to wd01_again's 2700 steps (that machine's hour) with a checkpoint every 90 (its own were
+# ~89 apart): compared at equal steps, which do not depend on the machine's load.
+AT_2700_STEPS = {"train.max_train_minutes": 0, "train.num_steps": 2700,
+                 "train.checkpoint_every_minutes": 0, "train.checkpoint_every_steps": 90}
 AVX2_RECIPES = {  # the float32 hour on a CPU without AVX-512: 3773 steps, dev perplexity still falling
     "f32": ("the documented recipe before weight decay (float32, seed 0): the ensemble pilot's "
             "`alone` hour, its workdir copied in", {"train.weight_decay": 0.0}),
@@ -146,25 +150,20 @@ AVX2_RECIPES = {  # the float32 hour on a CPU without AVX-512: 3773 steps, dev p
                          "so that it compares at equal steps whatever the machine's load (test "
                          "suites ran beside most of its first hour: its minutes and s/step do "
                          "not compare)",
-                         {"model.dropout_rate": 0.1, "train.weight_decay": 0.1,
-                          "train.max_train_minutes": 0, "train.num_steps": 2700,
-                          "train.checkpoint_every_minutes": 0, "train.checkpoint_every_steps": 90}),
+                         {"model.dropout_rate": 0.1, "train.weight_decay": 0.1, **AT_2700_STEPS}),
     "lr07_wd01_2700": ("learning-rate scale 0.7 (peak 2.2e-3; the recipe's 0.5 then, adopted after "
-                       "this run) with weight decay "
-                       "0.1, trained to wd01_again's 2700 steps like drop01_wd01_2700: that hour "
-                       "is short of updates (dev perplexity still falling 6.17 -> 6.04 over its "
-                       "last 200 steps), and AdamW's decay scales with the rate",
+                       "this run) with weight decay 0.1, trained to wd01_again's 2700 steps like "
+                       "drop01_wd01_2700: that hour is short of updates (dev perplexity still "
+                       "falling 6.17 -> 6.04 over its last 200 steps), and AdamW's decay scales "
+                       "with the rate",
                        {"train.learning_rate_scale": 0.7, "train.weight_decay": 0.1,
-                        "train.max_train_minutes": 0, "train.num_steps": 2700,
-                        "train.checkpoint_every_minutes": 0, "train.checkpoint_every_steps": 90}),
+                        **AT_2700_STEPS}),
     "ls02_lr07_2700": ("label smoothing 0.2 (the paper's 0.1) on the adopted recipe (scale 0.7, "
                        "weight decay 0.1), against lr07_wd01_2700 at its 2700 steps: a regulariser "
                        "that costs no updates (dropout 0.3 did, and lost), for a model whose "
                        "training NLL (1.45 with dropout) is below dev's 1.80 at step 2700",
                        {"train.label_smoothing": 0.2, "train.learning_rate_scale": 0.7,
-                        "train.weight_decay": 0.1,
-                        "train.max_train_minutes": 0, "train.num_steps": 2700,
-                        "train.checkpoint_every_minutes": 0, "train.checkpoint_every_steps": 90}),
+                        "train.weight_decay": 0.1, **AT_2700_STEPS}),
 }
 ONE_CORE = f"XLA_FLAGS={local_runner.ONE_CORE_XLA_FLAGS}"  # as the sweep's --parallel runs
 TOGETHER = ("at the same time, each pinned to its own core (`taskset`, one-core XLA flags), "
