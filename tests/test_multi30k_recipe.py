@@ -7,13 +7,13 @@ import shlex
 
 import pytest
 
-from experiments import multi30k_cooldown, multi30k_recipe
+from experiments import multi30k_cooldown, multi30k_pilots, multi30k_recipe
 from transformer_jax import config as config_lib, overrides
 
 
 @pytest.mark.parametrize("pilot_name", ["recipe", "room", "avx2"])  # the pilots that run one at a time
 def test_every_recipe_command_is_a_valid_training_command(pilot_name):
-  pilot = multi30k_recipe.PILOTS[pilot_name]
+  pilot = multi30k_pilots.PILOTS[pilot_name]
   for name, (_, changes) in pilot.recipes.items():
     argv = shlex.split(multi30k_recipe.command(name, "runs/m30k", pilot_name))
     assert argv[:4] == ["python", "-m", "transformer_jax.main", "--config=configs/multi30k.py"]
@@ -30,13 +30,13 @@ def test_every_recipe_command_is_a_valid_training_command(pilot_name):
       assert _key(c, key) == value
 
 
-@pytest.mark.parametrize("pilot_name", sorted(multi30k_recipe.PILOTS))
+@pytest.mark.parametrize("pilot_name", sorted(multi30k_pilots.PILOTS))
 def test_every_pilot_command_states_the_settings_the_recipe_changed_since(pilot_name):
   """configs/multi30k.py's rate and weight decay changed after most pilots ran: their commands must
   state the values they trained with, or rerunning one would train the new recipe."""
-  for name in multi30k_recipe.PILOTS[pilot_name].recipes:
+  for name in multi30k_pilots.PILOTS[pilot_name].recipes:
     cmd = multi30k_recipe.command(name, "runs", pilot_name)
-    for key in multi30k_recipe.BEFORE_WD:
+    for key in multi30k_pilots.BEFORE_WD:
       assert f"--config.{key}=" in cmd, (pilot_name, name, key)
 
 
@@ -78,7 +78,7 @@ def _key(config, key):
 
 @pytest.mark.parametrize("name", ["batch", "vocab", "bf16", "ensemble"])
 def test_the_hour_pilots_run_together_on_separate_cores(name):
-  pilot = multi30k_recipe.PILOTS[name]
+  pilot = multi30k_pilots.PILOTS[name]
   cores = []
   for recipe, (_, changes) in pilot.recipes.items():
     argv = shlex.split(multi30k_recipe.command(recipe, "runs/pair", name))
