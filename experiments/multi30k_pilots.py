@@ -94,6 +94,8 @@ ENSEMBLE_RECIPES = {  # two models for the price of one two-core hour
 # ~89 apart): compared at equal steps, which do not depend on the machine's load.
 AT_2700_STEPS = {"train.max_train_minutes": 0, "train.num_steps": 2700,
                  "train.checkpoint_every_minutes": 0, "train.checkpoint_every_steps": 90}
+# The recipe adopted after lr07_wd01_2700 (configs/multi30k.py), the base of the levers after it.
+ADOPTED_AT_2700 = {"train.learning_rate_scale": 0.7, "train.weight_decay": 0.1, **AT_2700_STEPS}
 AVX2_RECIPES = {  # the float32 hour on a CPU without AVX-512: 3773 steps, dev perplexity still falling
     "f32": ("the documented recipe before weight decay (float32, seed 0): the ensemble pilot's "
             "`alone` hour, its workdir copied in", {"train.weight_decay": 0.0}),
@@ -120,25 +122,22 @@ AVX2_RECIPES = {  # the float32 hour on a CPU without AVX-512: 3773 steps, dev p
                        "drop01_wd01_2700: that hour is short of updates (dev perplexity still "
                        "falling 6.17 -> 6.04 over its last 200 steps), and AdamW's decay scales "
                        "with the rate",
-                       {"train.learning_rate_scale": 0.7, "train.weight_decay": 0.1,
-                        **AT_2700_STEPS}),
+                       ADOPTED_AT_2700),
     "ls02_lr07_2700": ("label smoothing 0.2 (the paper's 0.1) on the adopted recipe (scale 0.7, "
                        "weight decay 0.1), against lr07_wd01_2700 at its 2700 steps: a regulariser "
                        "that costs no updates (dropout 0.3 did, and lost), for a model whose "
                        "training NLL (1.52 with dropout, its last 10 logged windows) is below "
                        "dev's 1.76 at step 2700",
-                       {"train.label_smoothing": 0.2, "train.learning_rate_scale": 0.7,
-                        "train.weight_decay": 0.1, **AT_2700_STEPS}),
+                       {"train.label_smoothing": 0.2, **ADOPTED_AT_2700}),
     "preln_lr07_2700": ("pre-LN (`model.pre_ln`; the paper is post-LN) on the adopted recipe, "
                         "against lr07_wd01_2700 at its 2700 steps: at scale 0.5 without decay "
                         "pre-LN's dev perplexity was 28% lower at step 500 and 8.6% at 2500, a "
                         "lead gone by step 4000; this CPU's hour ends near 2700",
-                        {"model.pre_ln": True, "train.learning_rate_scale": 0.7,
-                         "train.weight_decay": 0.1, **AT_2700_STEPS}),
+                        {"model.pre_ln": True, **ADOPTED_AT_2700}),
     "lr10_2700": ("learning-rate scale 1.0 (peak 3.1e-3) on the adopted recipe, against "
                   "lr07_wd01_2700 at its 2700 steps: 0.7 beat 0.5 at every evaluation with a lead "
                   "that did not shrink; does the rate that suits this short hour lie higher still?",
-                  {"train.learning_rate_scale": 1.0, "train.weight_decay": 0.1, **AT_2700_STEPS}),
+                  {**ADOPTED_AT_2700, "train.learning_rate_scale": 1.0}),
 }
 TOGETHER = ("at the same time, each pinned to its own core (`taskset`, one-core XLA flags), "
             "nothing else running")  # how the hour pilots share the machine
