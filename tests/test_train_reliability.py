@@ -10,6 +10,7 @@ line, no traceback.
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -266,12 +267,18 @@ def test_the_wall_time_limit_counts_across_resumes(tmp_path, vocab_dir):
   assert "already used up" in again.stdout + again.stderr
   assert _steps(run) == [stopped]
   used = _progress_seconds(run, stopped)  # >= 3 s; more when a slow step overshot the budget
-  budget = used + 3.0  # a larger budget, relative to what the first run used (loaded machines)
+  # `budget` in all, not `budget` more: 0.01 s left, so the third run stops after its first step
+  # whatever the machine's load (with `budget` more it would train for `used` seconds again)
+  budget = used + 0.01
   more = _run(run, *flags[:2], f"--config.train.max_train_minutes={budget / 60.0}")
   assert more.returncode == 0, more.stderr[-3000:]
-  assert max(_steps(run)) > stopped
-  # `budget` in all, not `budget` more: the third run trained only what was left of it
-  assert budget <= _progress_seconds(run, max(_steps(run))) < used + budget
+  assert max(_steps(run)) == stopped + 1
+  assert budget <= _progress_seconds(run, stopped + 1)
+  out = more.stdout + more.stderr
+  left = re.search(r"\(([0-9.]+) of train\.max_train_minutes=([0-9.]+) left\)", out)
+  assert left, out[-3000:]
+  assert float(left.group(1)) == pytest.approx(0.0, abs=0.006)
+  assert float(left.group(2)) == pytest.approx(budget / 60, abs=0.006)
 
 
 def _mount_tmpfs(path, size):

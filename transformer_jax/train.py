@@ -171,12 +171,14 @@ def _train(config, workdir, saver, mesh) -> dict:
   dev_set = evaluate_lib.load_eval_set(config, tok, split="validation", batch_multiple=rows_multiple)
 
   state, start_step, spent = checkpoint.restore_latest(manager, abstract_state, train_iter)
+  budget = t_cfg.max_train_minutes * 60.0
   if state is None:
     state, start_step = step_lib.create_state(config, mesh), 0
     logging.info("starting a new run in %s", workdir)
   else:
-    print(f"resuming from the checkpoint at step {start_step} in {workdir}", flush=True)
-  budget = t_cfg.max_train_minutes * 60.0
+    left = (f" ({(budget - spent) / 60:.2f} of train.max_train_minutes={budget / 60:.2f} left)"
+            if budget and spent < budget else "")
+    print(f"resuming from the checkpoint at step {start_step} in {workdir}{left}", flush=True)
   if budget and spent >= budget and start_step < t_cfg.num_steps:
     print(f"train.max_train_minutes={t_cfg.max_train_minutes:g} already used up ({spent / 60:.2f} "
           f"minutes up to step {start_step}); nothing to train", flush=True)
