@@ -34,7 +34,9 @@ How and why it differs from the paper's base model:
   steps of 2048-token batches, not 100k steps of 25000-token batches. Scale 0.7 against the
   earlier 0.5, both at the 2700 steps this CPU's hour makes: dev perplexity 3% lower at every
   evaluation, dev sacreBLEU +0.92 (p = 0.034; experiments/results/multi30k_avx2.md); scale 1.0
-  there learned slower from the start (dev perplexity +11-24%) and lost 2.3 (p = 0.001). On the
+  there learned slower from the start (dev perplexity +11-24%) and lost 2.3 (p = 0.001). At the
+  faster instance's 4037 steps 0.7's lead over 0.5 is noise (+0.29 dev, p = 0.20; test2016 39.25
+  against 39.80: experiments/results/time_to_quality.md, lever 29). On the
   two-core bfloat16 hour with dropout 0.3 (10496 steps) it was no better (-0.32, noise): the
   rate suits hours short of updates. Results before 2026-11-26 15:30 ran with 0.5 (and before
   03:20 without weight decay): add `--config.train.learning_rate_scale=0.5`
