@@ -140,6 +140,11 @@ AVX2_RECIPES = {  # the float32 hour on a CPU without AVX-512: 3773 steps, dev p
                   "ran in two sessions, the second resuming from step 720 at 20:02: its minutes "
                   "and s/step do not compare)",
                   {**ADOPTED_AT_2700, "train.learning_rate_scale": 1.0}),
+    "seed1_lr07_2700": ("the adopted recipe with seed 1 (initialisation and dropout masks; the "
+                        "batches are the same), against lr07_wd01_2700 (seed 0) at its 2700 steps: "
+                        "how far two seeds of one recipe land apart on dev, which the paired "
+                        "bootstrap (one model each, sentences resampled) does not measure",
+                        {**ADOPTED_AT_2700, "seed": 1}),
 }
 TOGETHER = ("at the same time, each pinned to its own core (`taskset`, one-core XLA flags), "
             "nothing else running")  # how the hour pilots share the machine
