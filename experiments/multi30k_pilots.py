@@ -136,9 +136,9 @@ AVX2_RECIPES = {  # the float32 hour on a CPU without AVX-512: 3773 steps, dev p
                         {"model.pre_ln": True, **ADOPTED_AT_2700}),
     "lr10_2700": ("learning-rate scale 1.0 (peak 3.1e-3) on the adopted recipe, against "
                   "lr07_wd01_2700 at its 2700 steps: 0.7 beat 0.5 at every evaluation with a lead "
-                  "that did not shrink; does the rate that suits this short hour lie higher still? (It "
-                  "ran in two sessions, the second resuming from step 720 at 20:02: its minutes "
-                  "and s/step do not compare)",
+                  "that did not shrink; does the rate that suits this short hour lie higher "
+                  "still? (It ran in two sessions, the second resuming from step 720 at 20:02: "
+                  "its minutes and s/step do not compare)",
                   {**ADOPTED_AT_2700, "train.learning_rate_scale": 1.0}),
     "seed1_lr07_2700": ("the adopted recipe with seed 1 (initialisation and dropout masks; the "
                         "batches are the same), against lr07_wd01_2700 (seed 0) at its 2700 steps: "
