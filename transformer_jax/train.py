@@ -172,11 +172,12 @@ def _train(config, workdir, saver, mesh) -> dict:
 
   state, start_step, spent = checkpoint.restore_latest(manager, abstract_state, train_iter)
   budget = t_cfg.max_train_minutes * 60.0
+  minutes_left = (budget - spent) / 60.0 if budget else 0.0  # 0: no limit
   if state is None:
     state, start_step = step_lib.create_state(config, mesh), 0
     logging.info("starting a new run in %s", workdir)
   else:
-    left = (f" ({(budget - spent) / 60:.2f} of train.max_train_minutes={budget / 60:.2f} left)"
+    left = (f" ({minutes_left:.2f} of train.max_train_minutes={budget / 60:.2f} left)"
             if budget and spent < budget else "")
     print(f"resuming from the checkpoint at step {start_step} in {workdir}{left}", flush=True)
   if budget and spent >= budget and start_step < t_cfg.num_steps:
@@ -189,7 +190,7 @@ def _train(config, workdir, saver, mesh) -> dict:
   writer = MetricsWriter(workdir, start_step)
   peak = t_cfg.peak_flops or measure_peak_flops(np.dtype(model_cfg.dtype))
   bar = Progress(t_cfg.progress_bar and jax.process_index() == 0, t_cfg.num_steps, start_step,
-                 (budget - spent) / 60.0 if budget else 0.0)
+                 minutes_left)
   window = _Window(t_cfg.divergence_warn_factor, bar.write)
   profile = ProfileWindow(workdir, start_step, t_cfg.profile_after_steps, t_cfg.profile_steps,
                           bar.write)
