@@ -2,13 +2,12 @@
 measured on the dev split by branching the hour's run.
 
 A linear cool-down over the last C of N steps (`train.cooldown_steps`) leaves the rate unchanged
-before step N - C, so a run with it is the hour's run up to there. Each variant therefore copies
-the hour's checkpoint at N - C (with its vocabulary and data-iterator state) into its own
-workdir, SOURCE_cooldown<N-C>, and the training CLI resumes it to N with the cool-down: by the
-resume guarantee (train.py) that is bit for bit a fresh run of the same config, minus the
-steps already paid for. Before training, the branch's config is checked against the hour's
-(`config.json`): only the step count, the cool-down and the wall-time limit may differ (and
-what never changes a result: paths, logging and checkpoint cadence, row_runs.BOOKKEEPING_KEYS).
+before step N - C, so a run with it is the hour's run up to there. Each variant is therefore a
+branch of the hour's run (`--branch_from`, transformer_jax/branch.py) at its checkpoint N - C,
+in its own workdir SOURCE_cooldown<N-C>, trained to N with the cool-down: by the resume
+guarantee (train.py) bit for bit a fresh run of the hour's config with the cool-down, minus the
+steps already paid for. The branch keeps the hour's config (stored with the checkpoint) and
+refuses any change that would alter the steps before N - C.
 
 Every variant and the hour itself are scored on the whole dev split (perplexity, sacreBLEU with
 the config's beam and alpha) for the last checkpoint alone and the average of the last 3 and 5;
@@ -24,52 +23,24 @@ import argparse
 import datetime
 import json
 import os
-import shutil
 import subprocess
 import sys
 
 from experiments import report_run
-from experiments.row_runs import BOOKKEEPING_KEYS, flatten
 from transformer_jax import markdown, workdir as workdir_lib
-from transformer_jax.overrides import apply_overrides, load_config_file
 
-CONFIG = "configs/multi30k.py"
 AVERAGES = (1, 3, 5)
-MAY_DIFFER = {"train.num_steps", "train.cooldown_steps", "train.max_train_minutes",
-              "train.progress_bar"}
 
 
-def branch_overrides(total: int, start: int) -> dict:
-  return {"train.num_steps": total, "train.cooldown_steps": total - start,
-          "train.max_train_minutes": 0.0, "train.progress_bar": False}
-
-
-def check_same_run(source_config: dict, overrides: dict) -> None:
-  """SystemExit naming the first key where CONFIG + overrides differs from the hour's config."""
-  cfg = load_config_file(CONFIG)
-  apply_overrides(cfg, overrides)
-  ours, theirs = flatten(cfg), flatten(source_config)
-  for key in sorted(set(ours) | set(theirs)):
-    if key not in MAY_DIFFER | BOOKKEEPING_KEYS and key in theirs and ours.get(key) != theirs[key]:
-      sys.exit(f"error: {CONFIG} now has {key}={ours.get(key)!r} but the source run had "
-               f"{theirs[key]!r}: the branch would not continue the same run")
-
-
-def branch(source: str, start: int, total: int) -> tuple[str, list[str]]:
-  """The branch workdir (created from the source's checkpoint `start` if absent) and the command
-  that trains it to `total` steps."""
+def branch_command(source: str, start: int, total: int) -> tuple[str, list[str]]:
+  """The branch workdir of the cool-down from `start` and the command that makes and trains it
+  (rerun, it resumes the branch)."""
   workdir = f"{source.rstrip('/')}_cooldown{start}"
-  ckpt = os.path.join(source, "checkpoints", str(start))
-  if not os.path.isdir(workdir):
-    if not os.path.isdir(ckpt):
-      sys.exit(f"error: {ckpt}: no such checkpoint in the source run")
-    os.makedirs(os.path.join(workdir, "checkpoints"))
-    shutil.copytree(os.path.join(source, "vocab"), os.path.join(workdir, "vocab"))
-    shutil.copytree(ckpt, os.path.join(workdir, "checkpoints", str(start)))
-  overrides = branch_overrides(total, start)
-  cmd = ["python", "-m", "transformer_jax.main", f"--config={CONFIG}", f"--workdir={workdir}",
-         *[f"--config.{k}={v}" for k, v in overrides.items()]]
-  return workdir, cmd
+  return workdir, [sys.executable, "-m", "transformer_jax.main", f"--workdir={workdir}",
+                   f"--branch_from={source}", f"--step={start}",
+                   f"--config.train.num_steps={total}",
+                   f"--config.train.cooldown_steps={total - start}",
+                   "--config.train.max_train_minutes=0", "--config.train.progress_bar=False"]
 
 
 def scores(workdir: str, step: int) -> dict:
@@ -97,8 +68,6 @@ def main() -> None:
   saved = os.path.join(args.source, "config.json")
   if not os.path.isfile(saved):
     sys.exit(f"error: {saved}: no such file (--source must be the hour's training workdir)")
-  with open(saved) as f:
-    source_config = json.load(f)
   try:
     starts = [int(s) for s in args.starts.split(",")]
   except ValueError:
@@ -110,13 +79,13 @@ def main() -> None:
   rows = [{"variant": f"no cool-down (the hour's run, {total} steps)", "start": None,
            "command": "", "dev": scores(args.source, total)}]
   for start in starts:
-    check_same_run(source_config, branch_overrides(total, start))
-    workdir, cmd = branch(args.source, start, total)
-    if subprocess.run([sys.executable, *cmd[1:]], check=False).returncode:
+    workdir, cmd = branch_command(args.source, start, total)
+    done = os.path.isdir(os.path.join(workdir, "checkpoints", str(total)))  # e.g. before branch.py
+    if not done and subprocess.run(cmd, check=False).returncode:
       sys.exit(f"error: training {workdir} failed (its log is above)")
     rows.append({"variant": f"cool-down from step {start} ({total - start} steps, "
                             f"{(total - start) / total:.0%} of the run)", "start": start,
-                 "command": " ".join(cmd), "dev": scores(workdir, total)})
+                 "command": " ".join(["python", *cmd[1:]]), "dev": scores(workdir, total)})
   with open(args.out + ".json", "w") as f:
     json.dump({"source": os.path.abspath(args.source), "steps": total, "rows": rows,
                "date": datetime.date.today().isoformat(),
@@ -132,7 +101,7 @@ def main() -> None:
             f"`python -m experiments.multi30k_cooldown {' '.join(sys.argv[1:])}` "
             f"({datetime.date.today().isoformat()}; what it does: the module docstring). "
             f"Dev split, all {rows[0]['dev']['1']['sentences']} sentences; the test split is not "
-            "read.\n\n" + table + "\n\nBranch commands (after the checkpoint copy):\n\n"
+            "read.\n\n" + table + "\n\nBranch commands:\n\n"
             + "".join(f"- `{r['command']}`\n" for r in rows if r["command"]))
   print(f"wrote {args.out}.md/.json")
 

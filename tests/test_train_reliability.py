@@ -3,8 +3,9 @@
 Kill -9 and restart gives the bit-identical result of an uninterrupted run, with each step once
 in metrics.jsonl; SIGTERM saves and exits 0; a corrupted newest checkpoint is set aside; a second
 run on a held workdir is refused and the first is unaffected; a full disk stops the run with the
-previous checkpoint intact; the wall-time limit counts across resumes; user mistakes are one
-line, no traceback.
+previous checkpoint intact; the wall-time limit counts across resumes; a branch (--branch_from)
+of a shorter run equals the longer run and leaves its source alone; user mistakes are one line,
+no traceback.
 """
 
 import json
@@ -120,6 +121,56 @@ def test_kill_9_and_restart_equals_an_uninterrupted_run(tmp_path, vocab_dir, ref
   assert "warning: took over the stale lock" in out and "is no longer running" in out
   assert _metric_steps(run) == list(range(2, STEPS + 1, 2))  # each step once
   _assert_params_equal(run, reference)
+
+
+def _branch(workdir, source, step, *extra):
+  cmd = [sys.executable, "-m", "transformer_jax.main", f"--workdir={workdir}",
+         f"--branch_from={source}", f"--step={step}", *extra]
+  return subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
+
+
+def _last_error(result):
+  assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+  return result.stderr.strip().splitlines()[-1]
+
+
+def test_a_branch_of_a_shorter_run_equals_the_longer_run(tmp_path, vocab_dir, reference):
+  """Train 8 steps, branch at step 4 to STEPS: bit for bit the uninterrupted STEPS-step run, with
+  the curve whole and the source untouched; changes that would alter steps 1..4 are refused."""
+  source = _workdir(tmp_path, vocab_dir, "source")
+  result = _run(source, "--config.train.num_steps=8")
+  assert result.returncode == 0, result.stderr[-3000:]
+  snapshot = sorted((r, f, os.stat(os.path.join(r, f)).st_mtime_ns)
+                    for r, _, fs in os.walk(source) for f in fs)
+  branch = str(tmp_path / "branch")
+  result = _branch(branch, source, 4, f"--config.train.num_steps={STEPS}")
+  out = result.stdout + result.stderr
+  assert result.returncode == 0, out[-3000:]
+  assert f"branched {source} at step 4 into {branch}" in out
+  assert "resuming from the checkpoint at step 4" in out
+  _assert_params_equal(branch, reference)
+  assert _metric_steps(branch) == list(range(2, STEPS + 1, 2))  # the copied 6, 8 dropped
+  assert sorted((r, f, os.stat(os.path.join(r, f)).st_mtime_ns)
+                for r, _, fs in os.walk(source) for f in fs) == snapshot
+  again = _branch(branch, source, 4, f"--config.train.num_steps={STEPS}")  # resumes, copies nothing
+  assert again.returncode == 0 and "branched" not in again.stdout, again.stderr[-3000:]
+
+  fresh = str(tmp_path / "refused")
+  assert "--config.seed: a branch continues" in _last_error(
+      _branch(fresh, source, 4, "--config.seed=1", f"--config.train.num_steps={STEPS}"))
+  last = _last_error(_branch(fresh, source, 4, f"--config.train.num_steps={STEPS}",
+                             "--config.train.cooldown_steps=10"))
+  assert "learning rate at step 3 would differ" in last, last
+  assert "must train past it" in _last_error(_branch(fresh, source, 4, "--config.train.num_steps=4"))
+  assert "no checkpoint for step 5" in _last_error(
+      _branch(fresh, source, 5, f"--config.train.num_steps={STEPS}"))
+  assert "already holds files and is not a branch" in _last_error(
+      _branch(source + "/vocab", source, 4, f"--config.train.num_steps={STEPS}"))
+  assert "is a branch of" in _last_error(
+      _branch(branch, source, 2, f"--config.train.num_steps={STEPS}"))
+  assert not os.path.exists(fresh)
+  assert sorted((r, f, os.stat(os.path.join(r, f)).st_mtime_ns)
+                for r, _, fs in os.walk(source) for f in fs) == snapshot
 
 
 def test_a_second_run_on_a_held_workdir_is_refused_and_the_first_is_unaffected(

@@ -2,6 +2,8 @@
 
   python -m transformer_jax.main --config=configs/base.py --workdir=DIR            # train
   python -m transformer_jax.main --config=configs/base.py --config.model.num_heads=16 ...
+  python -m transformer_jax.main --workdir=DIR2 --branch_from=DIR --step=2700 \
+      --config.train.num_steps=4000                                               # branch a run
   python -m transformer_jax.main --mode=average --workdir=DIR --average=5          # average
   python -m transformer_jax.main --mode=eval --workdir=DIR --split=validation,test --average=5
   python -m transformer_jax.main --mode=eval --workdir=DIR --source=a.en --reference=a.de \
@@ -46,7 +48,12 @@ _ENSEMBLE = flags.DEFINE_list("ensemble", [], "Eval/translate: other workdirs (c
                               "uses its newest checkpoint or the average of its last --average.")
 _AVERAGE = flags.DEFINE_integer("average", 0, "Average the last K checkpoints (eval/translate/average).")
 _STEP = flags.DEFINE_integer("step", None, "Checkpoint step to use (default: the newest); with "
-                             "--average, the newest of the averaged ones.")
+                             "--average, the newest of the averaged ones; with --branch_from, "
+                             "the source's checkpoint the branch starts from.")
+_BRANCH_FROM = flags.DEFINE_string("branch_from", None, "Train: continue this workdir's checkpoint "
+                                   "--step in --workdir (a new folder) with its config; "
+                                   "--config.* may change only steps, cool-down and cadence "
+                                   "(transformer_jax/branch.py).")
 _INPUT = flags.DEFINE_string("input", "-", "Text to translate, one sentence a line ('-': stdin).")
 _OUTPUT = flags.DEFINE_string("output", "-", "Where translations go ('-': stdout).")
 _COORDINATOR = flags.DEFINE_string("coordinator_address", None,
@@ -69,7 +76,17 @@ def main(argv):
                                  "checkpoint's config (override decode settings with --config.decode.*)")
   if _ENSEMBLE.value and mode not in ("eval", "translate"):
     raise config_lib.ConfigError(f"--ensemble is for --mode=eval or translate, not --mode={mode}")
-  if mode in ("train", "vocab"):
+  if _BRANCH_FROM.value is not None:
+    if mode != "train" or _CONFIG.value or _STEP.value is None:
+      raise config_lib.ConfigError("--branch_from is for --mode=train, with --step and without "
+                                   "--config (the branch keeps the source run's config)")
+    from transformer_jax import branch  # pylint: disable=g-import-not-at-top
+    config = branch.prepare(files_lib.resolve(_BRANCH_FROM.value), _STEP.value, workdir,
+                            overrides_lib.parse_overrides(overrides))
+  elif mode in ("train", "vocab"):
+    if _STEP.value is not None:
+      raise config_lib.ConfigError(f"--step is not for --mode={mode} (training from a "
+                                   "checkpoint of another run: --branch_from with --step)")
     if _CONFIG.value is None:
       raise config_lib.ConfigError(f"--config is required for --mode={mode}")
     config = overrides_lib.load(_CONFIG.value, overrides)
