@@ -150,6 +150,11 @@ AVX2_RECIPES = {  # the float32 hour on a CPU without AVX-512: 3773 steps, dev p
                         "one seed (+0.92 dev, p = 0.034), and seed1_lr07_2700 showed two seeds of "
                         "one recipe 0.66 apart; does 0.7's lead hold on a second seed?",
                         {"train.weight_decay": 0.1, **AT_2700_STEPS, "seed": 1}),
+    "seed2_lr07_2700": ("the adopted recipe with seed 2, against seeds 0 and 1 (lr07_wd01_2700, "
+                        "seed1_lr07_2700) at their 2700 steps: a third seed, so that the spread "
+                        "of one recipe's dev sacreBLEU, the yardstick of every lever, is not "
+                        "judged from one pair",
+                        {**ADOPTED_AT_2700, "seed": 2}),
 }
 TOGETHER = ("at the same time, each pinned to its own core (`taskset`, one-core XLA flags), "
             "nothing else running")  # how the hour pilots share the machine
