@@ -45,7 +45,8 @@ MAY_CHANGE = frozenset((
     "data.data_dir", "data.eval_data_dir", "data.tfds_data_dir"))
 
 
-def branch_config(source: str, step: int, overrides: Mapping[str, Any]) -> ml_collections.ConfigDict:
+def branch_config(source: str, step: int, overrides: Mapping[str, Any]
+                  ) -> ml_collections.ConfigDict:
   """The source run's config at checkpoint `step` with `overrides` applied, validated; a
   ConfigError if an override would change the run before `step`."""
   for key in overrides:
@@ -115,10 +116,10 @@ def prepare(source: str, step: int, workdir: str, overrides: Mapping[str, Any]
         shutil.copy2(src, staging)
     shutil.copytree(os.path.join(checkpoint.checkpoint_dir(source), str(step)),
                     os.path.join(staging, "checkpoints", str(step)))
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     with open(os.path.join(staging, MARKER), "w") as f:
-      json.dump({**_marker(source, step), "overrides": dict(overrides),
-                 "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")},
-                f, indent=1, default=str)
+      json.dump({**_marker(source, step), "overrides": dict(overrides), "date": now}, f, indent=1,
+                default=str)
     if os.path.isdir(workdir):
       os.rmdir(workdir)  # empty (checked above)
     os.rename(staging, workdir)  # the branch appears whole or not at all
@@ -126,7 +127,8 @@ def prepare(source: str, step: int, workdir: str, overrides: Mapping[str, Any]
     shutil.rmtree(staging, ignore_errors=True)
     if _is_branch(workdir, source, step):
       return config  # another process (of a multi-process run) made it first
+    free = workdir_lib.free_space(os.path.dirname(workdir))
     raise ConfigError(f"cannot create the branch {workdir} from {source} at step {step}: "
-                      f"{e.strerror or e} ({workdir_lib.free_space(os.path.dirname(workdir))})") from None
+                      f"{e.strerror or e} ({free})") from None
   print(f"branched {source} at step {step} into {workdir}")
   return config
