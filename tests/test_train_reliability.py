@@ -267,6 +267,7 @@ def test_incompatible_checkpoint_is_one_line_and_nothing_is_written(tmp_path, vo
     (["--config.train.num_steps=many"], "num_steps"),
     (["--config.model.num_heads=0"], "model.num_heads"),
     (["--config.data.local_corpus=no_such_corpus"], "no_such_corpus"),
+    (["--step=3"], "--step is not for --mode=train"),
 ])
 def test_user_mistakes_are_one_line(tmp_path, vocab_dir, extra, expected):
   run = _workdir(tmp_path, vocab_dir, "mistake")
