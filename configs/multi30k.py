@@ -32,7 +32,7 @@ How and why it differs from the paper's base model:
   ~95% real tokens instead of ~75%.
 - warmup 400 steps (paper 4000) with scale 0.7 (peak rate 2.2e-3): the run is a few thousand
   steps of 2048-token batches, not 100k steps of 25000-token batches. Scale 0.7 against the
-  earlier 0.5, both at the 2700 steps this CPU's hour makes: dev perplexity 1-5% lower at every
+  earlier 0.5, both at the 2700 steps this CPU's hour makes: dev perplexity 0.7-5% lower at every
   evaluation on two seeds, dev sacreBLEU +0.92 (p = 0.034) on seed 0 but -0.09 on seed 1, +0.42
   on average, the size of seed noise (a second seed of this recipe: -0.66 dev;
   experiments/results/multi30k_avx2.md, time_to_quality.md levers 30-31); scale 1.0
