@@ -3,8 +3,8 @@
   python -m transformer_jax.main --workdir=runs/b --branch_from=runs/a --step=2700 \
       --config.train.num_steps=4037
 
-A run resumed from step S is bit for bit the run that never stopped (train.py), and nothing
-before step S depends on how many steps follow it. So a question about the steps after S (what
+A run resumed from step S is bit for bit the run that never stopped (train.py: on CPU in
+float32), and nothing before step S depends on how many steps follow it. So a question about the steps after S (what
 do 1300 more steps buy? a cool-down from S?) can be answered without paying for the first S
 steps again, and without touching the source run: its checkpoint at S (model, optimizer and
 data-iterator state), `vocab/`, `metrics.jsonl` and TensorBoard events are copied into the new
