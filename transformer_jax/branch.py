@@ -4,12 +4,13 @@
       --config.train.num_steps=4037
 
 A run resumed from step S is bit for bit the run that never stopped (train.py: on CPU in
-float32), and nothing before step S depends on how many steps follow it. So a question about the steps after S (what
-do 1300 more steps buy? a cool-down from S?) can be answered without paying for the first S
-steps again, and without touching the source run: its checkpoint at S (model, optimizer and
-data-iterator state), `vocab/`, `metrics.jsonl` and TensorBoard events are copied into the new
-workdir, which then trains with the source's own config (stored with that checkpoint). The run
-resumes from the copy and drops the copied curve past S, so the branch's curve is whole.
+float32), and nothing before step S depends on how many steps follow it. So a question about the
+steps after S (what do 1300 more steps buy? a cool-down from S?) can be answered without paying
+for the first S steps again, and without touching the source run: its checkpoint at S (model,
+optimizer and data-iterator state), `vocab/`, `metrics.jsonl` and TensorBoard events are copied
+into the new workdir, which then trains with the source's own config (stored with that
+checkpoint). The run resumes from the copy and drops the copied curve past S, so the branch's
+curve is whole.
 
 A branch continues the same run, so `--config.*` may change only what the steps up to S never
 saw: the step count, the cool-down, the wall-time limit, and logging/evaluation/checkpoint
