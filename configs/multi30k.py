@@ -34,8 +34,8 @@ How and why it differs from the paper's base model:
   steps of 2048-token batches, not 100k steps of 25000-token batches. Scale 0.7 against the
   earlier 0.5, both at the 2700 steps this CPU's hour makes: dev perplexity 0.7-5% lower at every
   evaluation on two seeds, dev sacreBLEU +0.92 (p = 0.034) on seed 0 but -0.09 on seed 1, +0.42
-  on average, the size of seed noise (a second seed of this recipe: -0.66 dev;
-  experiments/results/multi30k_avx2.md, time_to_quality.md levers 30-31); scale 1.0
+  on average, the size of seed noise (three seeds of this recipe: dev 39.90 +- 0.47;
+  experiments/results/multi30k_avx2.md, time_to_quality.md levers 30-32); scale 1.0
   there learned slower from the start (dev perplexity +11-24%) and lost 2.3 (p = 0.001). At the
   faster instance's 4037 steps 0.7's lead over 0.5 is noise (+0.29 dev, p = 0.20; test2016 39.25
   against 39.80: experiments/results/time_to_quality.md, lever 29). On the
