@@ -145,10 +145,10 @@ AVX2_RECIPES = {  # the float32 hour on a CPU without AVX-512: 3773 steps, dev p
                         "how far two seeds of one recipe land apart on dev, which the paired "
                         "bootstrap (one model each, sentences resampled) does not measure",
                         {**ADOPTED_AT_2700, "seed": 1}),
-    "seed1_lr05_2700": ("scale 0.5 (the recipe before lr07_wd01_2700) with weight decay 0.1 and seed "
-                        "1, against seed1_lr07_2700 at its 2700 steps: scale 0.7 was adopted on "
-                        "one seed (+0.92 dev, p = 0.034), and seed1_lr07_2700 showed two seeds of "
-                        "one recipe 0.66 apart; does 0.7's lead hold on a second seed?",
+    "seed1_lr05_2700": ("scale 0.5 (the recipe before lr07_wd01_2700) with weight decay 0.1 and "
+                        "seed 1, against seed1_lr07_2700 at its 2700 steps: scale 0.7 was adopted "
+                        "on one seed (+0.92 dev, p = 0.034), and seed1_lr07_2700 showed two seeds "
+                        "of one recipe 0.66 apart; does 0.7's lead hold on a second seed?",
                         {"train.weight_decay": 0.1, **AT_2700_STEPS, "seed": 1}),
     "seed2_lr07_2700": ("the adopted recipe with seed 2, against seeds 0 and 1 (lr07_wd01_2700, "
                         "seed1_lr07_2700) at their 2700 steps: a third seed, so that the spread "

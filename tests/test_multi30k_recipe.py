@@ -2,7 +2,6 @@
 cool-down branches of the hour's run (experiments/multi30k_cooldown.py)."""
 
 import json
-import os
 import shlex
 
 import pytest
@@ -206,6 +205,6 @@ def test_cooldown_branch_continues_the_same_run(tmp_path):
   assert not [a for a in rest if a.startswith("--config")]
   changed = overrides.parse_overrides(given)
   assert set(changed) <= branch.MAY_CHANGE  # what a branch accepts
-  c = config_lib.validate(overrides.apply_overrides(overrides.load_config_file("configs/multi30k.py"),
-                                                    changed))
+  c = overrides.apply_overrides(overrides.load_config_file("configs/multi30k.py"), changed)
+  config_lib.validate(c)
   assert (c.train.num_steps, c.train.cooldown_steps, c.train.max_train_minutes) == (4000, 1000, 0.0)

@@ -161,7 +161,8 @@ def test_a_branch_of_a_shorter_run_equals_the_longer_run(tmp_path, vocab_dir, re
   last = _last_error(_branch(fresh, source, 4, f"--config.train.num_steps={STEPS}",
                              "--config.train.cooldown_steps=10"))
   assert "learning rate at step 3 would differ" in last, last
-  assert "must train past it" in _last_error(_branch(fresh, source, 4, "--config.train.num_steps=4"))
+  assert "must train past it" in _last_error(
+      _branch(fresh, source, 4, "--config.train.num_steps=4"))
   assert "no checkpoint for step 5" in _last_error(
       _branch(fresh, source, 5, f"--config.train.num_steps={STEPS}"))
   assert "already holds files and is not a branch" in _last_error(
