@@ -123,6 +123,12 @@ def test_kill_9_and_restart_equals_an_uninterrupted_run(tmp_path, vocab_dir, ref
   _assert_params_equal(run, reference)
 
 
+def _snapshot(folder):
+  """Every file under `folder` with its modification time: equal snapshots, nothing written."""
+  return sorted((r, f, os.stat(os.path.join(r, f)).st_mtime_ns)
+                for r, _, fs in os.walk(folder) for f in fs)
+
+
 def _branch(workdir, source, step, *extra):
   cmd = [sys.executable, "-m", "transformer_jax.main", f"--workdir={workdir}",
          f"--branch_from={source}", f"--step={step}", *extra]
@@ -140,8 +146,7 @@ def test_a_branch_of_a_shorter_run_equals_the_longer_run(tmp_path, vocab_dir, re
   source = _workdir(tmp_path, vocab_dir, "source")
   result = _run(source, "--config.train.num_steps=8")
   assert result.returncode == 0, result.stderr[-3000:]
-  snapshot = sorted((r, f, os.stat(os.path.join(r, f)).st_mtime_ns)
-                    for r, _, fs in os.walk(source) for f in fs)
+  snapshot = _snapshot(source)
   branch = str(tmp_path / "branch")
   result = _branch(branch, source, 4, f"--config.train.num_steps={STEPS}")
   out = result.stdout + result.stderr
@@ -150,8 +155,7 @@ def test_a_branch_of_a_shorter_run_equals_the_longer_run(tmp_path, vocab_dir, re
   assert "resuming from the checkpoint at step 4" in out
   _assert_params_equal(branch, reference)
   assert _metric_steps(branch) == list(range(2, STEPS + 1, 2))  # the copied 6, 8 dropped
-  assert sorted((r, f, os.stat(os.path.join(r, f)).st_mtime_ns)
-                for r, _, fs in os.walk(source) for f in fs) == snapshot
+  assert _snapshot(source) == snapshot
   again = _branch(branch, source, 4, f"--config.train.num_steps={STEPS}")  # resumes, copies nothing
   assert again.returncode == 0 and "branched" not in again.stdout, again.stderr[-3000:]
 
@@ -170,8 +174,7 @@ def test_a_branch_of_a_shorter_run_equals_the_longer_run(tmp_path, vocab_dir, re
   assert "is a branch of" in _last_error(
       _branch(branch, source, 2, f"--config.train.num_steps={STEPS}"))
   assert not os.path.exists(fresh)
-  assert sorted((r, f, os.stat(os.path.join(r, f)).st_mtime_ns)
-                for r, _, fs in os.walk(source) for f in fs) == snapshot
+  assert _snapshot(source) == snapshot
 
 
 def test_a_second_run_on_a_held_workdir_is_refused_and_the_first_is_unaffected(
@@ -185,11 +188,9 @@ def test_a_second_run_on_a_held_workdir_is_refused_and_the_first_is_unaffected(
     time.sleep(0.02)
   first.send_signal(signal.SIGSTOP)  # hold it mid-run while the second one tries
   try:
-    snapshot = sorted((r, f, os.stat(os.path.join(r, f)).st_mtime_ns)
-                      for r, _, fs in os.walk(run) for f in fs)
+    snapshot = _snapshot(run)
     second = _run(run, f"--config.train.num_steps={STEPS}")
-    after = sorted((r, f, os.stat(os.path.join(r, f)).st_mtime_ns)
-                   for r, _, fs in os.walk(run) for f in fs)
+    after = _snapshot(run)
   finally:
     first.send_signal(signal.SIGCONT)
   assert second.returncode == 2, second.stderr[-3000:]
