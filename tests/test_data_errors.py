@@ -12,7 +12,7 @@ import socket
 import numpy as np
 import pytest
 
-from transformer_jax.config import ConfigError, default_config
+from transformer_jax.config import ConfigError, default_config, validate
 from transformer_jax.data import DataError, pipeline, sources, tokenizer
 
 WORDS = ("a man woman dog cat runs walks sits on the in red blue green small big street park "
@@ -102,6 +102,29 @@ def test_missing_file_folder_and_data_dir(tmp_path):
     sources.load_split_texts(_config(tmp_path, data_dir=str(tmp_path / "absent")), "train")
   assert "data folder not found" in _one_line(e)
   assert _nothing_prepared(tmp_path)
+
+
+def test_extra_training_files_mistakes_are_one_line(tmp_path):
+  _corpus(tmp_path)
+  for extra, match in (("corpus/nosuch", "data file not found: {}/corpus/nosuch.en[.gz] "
+                                         "(data.extra_train_files)"),
+                       ("nosuch/train", "data folder not found: {}/nosuch (data.extra_train_files)"),
+                       ("train", "'data.extra_train_files': 'train' is not 'folder/stem'")):
+    with pytest.raises(DataError) as e:
+      sources.split_source(_config(tmp_path, extra_train_files=extra), "train")
+    assert match.format(tmp_path / "data") in _one_line(e), extra
+  assert _nothing_prepared(tmp_path)
+  for data, match in (({"upsample_primary": 2}, "'data.upsample_primary'=2 weighs the corpus"),
+                      ({"extra_train_files": "corpus/train", "upsample_primary": 0},
+                       "'data.upsample_primary' must be > 0"),
+                      ({"extra_train_files": "corpus/train", "upsample_primary": 2,
+                        "bpe_dropout": 0.1}, "does not work with data.bpe_dropout"),
+                      ({"extra_train_files": "corpus/train", "dataset": "wmt14_translate/de-en"},
+                       "'data.extra_train_files' needs data.dataset='local'")):
+    with pytest.raises(ConfigError) as e:
+      validate(_config(tmp_path, **data))
+    assert match in _one_line(e), data
+  assert validate(_config(tmp_path, extra_train_files="corpus/train", upsample_primary=3))
 
 
 def test_a_missing_wmt_test_set_is_fetched_through_sacrebleu(tmp_path, monkeypatch):

@@ -76,6 +76,10 @@ def default_config() -> ml_collections.ConfigDict:
   d.train_files = "train"         # file stem of the training split (X.en.gz / X.de.gz)
   d.eval_files = "val"            # stem of the dev split
   d.test_files = "test"           # stem of the test split
+  d.extra_train_files = ""        # for 'local': more training pairs, 'folder/stem,...' under
+                                  # data_dir (e.g. 'wmt-news/train'), after the corpus's own
+  d.upsample_primary = 1          # with extra_train_files: each pair of the corpus's own training
+                                  # files this many times an epoch (fairseq's --upsample-primary)
   d.eval_data_dir = ""            # dev/test files from another folder (e.g. 'wmt14')
   d.source_lang = "en"
   d.target_lang = "de"
@@ -280,8 +284,17 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   if d.bpe_dropout and d.vocab_type != "bpe":
     raise ConfigError(f"config key 'data.bpe_dropout'={d.bpe_dropout} needs data.vocab_type='bpe', "
                       f"not {d.vocab_type!r}")
+  if d.extra_train_files and d.dataset != "local":
+    raise ConfigError(f"config key 'data.extra_train_files' needs data.dataset='local', not "
+                      f"{d.dataset!r}")
+  if d.upsample_primary != 1 and not d.extra_train_files:
+    raise ConfigError(f"config key 'data.upsample_primary'={d.upsample_primary} weighs the corpus "
+                      "against data.extra_train_files, which is empty")
+  if d.upsample_primary != 1 and d.bpe_dropout:
+    raise ConfigError(f"config key 'data.upsample_primary'={d.upsample_primary} does not work with "
+                      "data.bpe_dropout (each epoch is then planned afresh from the whole split)")
   for name in ("max_source_len", "max_target_len", "tokens_per_batch", "eval_batch_size",
-               "num_buckets"):
+               "num_buckets", "upsample_primary"):
     _positive("data.", name, d[name])
   for name in ("max_source_len", "max_target_len"):
     if d[name] > model.max_len:

@@ -8,7 +8,9 @@ Where a split's pairs come from (``config.data.dataset``):
   files are read without TensorFlow.
 - ``'local'``: a pair of aligned text files (plain or ``.gz``), one sentence per line,
   ``{stem}.{lang}[.gz]`` in ``data_dir/local_corpus`` (dev/test from ``data_dir/eval_data_dir``
-  when set); files of corpora with a public home (Multi30k, WMT test sets via sacrebleu) are
+  when set), and more training pairs from other folders (``data.extra_train_files``: the
+  training split is then the corpus's own pairs followed by theirs, ``train_parts``); files of
+  corpora with a public home (Multi30k, WMT test sets via sacrebleu) are
   downloaded when missing. :class:`ParallelText` (a ``GeneratorBasedBuilder``) turns them into
   ArrayRecord files once, in a folder keyed by the files' paths, sizes and mtimes under
   ``data.tfds_data_dir`` (default ``$TRANSFORMER_JAX_CACHE_DIR/tfds`` or
@@ -46,6 +48,7 @@ from transformer_jax.config import DATA_DIR_ENV
 from transformer_jax.data import DataError
 
 SPLITS = ("train", "validation", "test")
+EXTRA = "train_extra"  # prepared split k of data.extra_train_files: f"{EXTRA}{k}", k = 1, 2, ...
 CACHE_DIR_ENV = "TRANSFORMER_JAX_CACHE_DIR"
 CHUNK = 8192  # records read (and tokenized) at a time
 # Public homes of the local corpora this project uses; only reached when a file is missing.
@@ -171,8 +174,25 @@ def _download_known(folder: str, stem: str, lang: str, other: str) -> str | None
   return None
 
 
+def extra_train_files(config) -> list[str]:
+  """data.extra_train_files as a list of 'folder/stem' (a DataError for an entry without both)."""
+  entries = [e.strip() for e in config.data.extra_train_files.split(",") if e.strip()]
+  for e in entries:
+    if "/" not in e.strip("/"):
+      raise DataError(f"config key 'data.extra_train_files': {e!r} is not 'folder/stem' (a folder "
+                      "under data.data_dir and the stem of its X.en[.gz] / X.de[.gz] files)")
+  return entries
+
+
+def train_parts(config) -> list[str]:
+  """The prepared splits that make up the training data: 'train' (the corpus's own training
+  files), then 'train_extra1', ... (data.extra_train_files, in order)."""
+  return ["train"] + [f"{EXTRA}{k}" for k in range(1, len(extra_train_files(config)) + 1)]
+
+
 def local_split_files(config, split: str) -> tuple[str, str]:
-  """(source path, target path) of one split of a 'local' dataset; DataError when missing."""
+  """(source path, target path) of one split of a 'local' dataset (or of one of
+  `train_parts`); DataError when missing."""
   d = config.data
   if not d.local_corpus:
     raise DataError("config key 'data.local_corpus' is empty; name a folder under data.data_dir "
@@ -180,16 +200,20 @@ def local_split_files(config, split: str) -> tuple[str, str]:
   data_dir = os.path.abspath(os.path.expanduser(d.data_dir))
   if not os.path.isdir(data_dir):
     raise DataError(f"data folder not found: {data_dir} (set data.data_dir or ${DATA_DIR_ENV})")
-  corpus = d.eval_data_dir if (split != "train" and d.eval_data_dir) else d.local_corpus
+  if split.startswith(EXTRA):
+    corpus, stem = os.path.split(extra_train_files(config)[int(split[len(EXTRA):]) - 1].strip("/"))
+  else:
+    corpus = d.eval_data_dir if (split != "train" and d.eval_data_dir) else d.local_corpus
+    stem = {"train": d.train_files, "validation": d.eval_files, "test": d.test_files}[split]
   folder = os.path.join(data_dir, corpus)
-  stem = {"train": d.train_files, "validation": d.eval_files, "test": d.test_files}[split]
   paths = []
   for lang, other in ((d.source_lang, d.target_lang), (d.target_lang, d.source_lang)):
     path = _find_file(folder, stem, lang) or _download_known(folder, stem, lang, other)
     if path is None:
       what = "data file" if os.path.isdir(folder) else "data folder"
       missing = os.path.join(folder, f"{stem}.{lang}[.gz]") if os.path.isdir(folder) else folder
-      raise DataError(f"{what} not found: {missing} ({split} split)")
+      raise DataError(f"{what} not found: {missing} ("
+                      + ("data.extra_train_files)" if split.startswith(EXTRA) else f"{split} split)"))
     paths.append(path)
   return paths[0], paths[1]
 
@@ -246,9 +270,10 @@ def cache_root(config) -> str:
 def _prepare_local(config) -> str:
   """Checks the files, builds the ArrayRecord files once; returns the prepared folder."""
   d = config.data
-  files = {split: local_split_files(config, split) for split in SPLITS}
+  splits = [*SPLITS, *train_parts(config)[1:]]
+  files = {split: local_split_files(config, split) for split in splits}
   key = hashlib.sha256(repr((ParallelText.VERSION, d.source_lang, d.target_lang, d.skip_bad_utf8, [
-      (split, p, os.path.getsize(p), os.stat(p).st_mtime_ns) for split in SPLITS for p in files[split]
+      (split, p, os.path.getsize(p), os.stat(p).st_mtime_ns) for split in splits for p in files[split]
   ])).encode()).hexdigest()[:12]
   slug = "".join(ch if ch.isalnum() else "_" for ch in d.local_corpus)
   cfg = ParallelTextConfig(name=f"{slug}_{d.source_lang}{d.target_lang}_{key}", files=files,
@@ -324,6 +349,7 @@ class SplitSource:
   target_key: str
   dataset_id: str          # unique name of the prepared data (keys token caches)
   html_unescape: bool
+  part_sizes: tuple[int, ...] = ()  # training split: examples of each of train_parts, in order
 
   def __len__(self) -> int:
     return len(self.records)
@@ -354,9 +380,13 @@ def split_source(config, split: str) -> SplitSource:
   if split not in SPLITS:
     raise DataError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
   d = config.data
+  part_sizes = ()
   if d.dataset == "local":
     prepared = _prepare_local(config)
-    records = tfds.builder_from_directory(prepared).as_data_source(split=split)
+    builder = tfds.builder_from_directory(prepared)
+    parts = train_parts(config) if split == "train" else [split]
+    records = builder.as_data_source(split="+".join(parts))  # the parts one after another
+    part_sizes = tuple(builder.info.splits[p].num_examples for p in parts)
     dataset_id = f"parallel_text_{os.path.basename(os.path.dirname(prepared))}"
   else:
     builder = _catalog_builder(config)
@@ -367,7 +397,8 @@ def split_source(config, split: str) -> SplitSource:
                       f"{str(e).splitlines()[0]} (was it prepared with file_format='array_record'?)"
                       ) from None
     dataset_id = f"{d.dataset.replace('/', '_')}_{builder.version}"
-  return SplitSource(records, d.source_lang, d.target_lang, dataset_id, d.html_unescape)
+  return SplitSource(records, d.source_lang, d.target_lang, dataset_id, d.html_unescape,
+                     part_sizes or (len(records),))
 
 
 def load_split_texts(config, split: str) -> tuple[list[str], list[str]]:
