@@ -108,7 +108,8 @@ def test_extra_training_files_mistakes_are_one_line(tmp_path):
   _corpus(tmp_path)
   for extra, match in (("corpus/nosuch", "data file not found: {}/corpus/nosuch.en[.gz] "
                                          "(data.extra_train_files)"),
-                       ("nosuch/train", "data folder not found: {}/nosuch (data.extra_train_files)"),
+                       ("nosuch/train",
+                        "data folder not found: {}/nosuch (data.extra_train_files)"),
                        ("train", "'data.extra_train_files': 'train' is not 'folder/stem'")):
     with pytest.raises(DataError) as e:
       sources.split_source(_config(tmp_path, extra_train_files=extra), "train")

@@ -212,8 +212,8 @@ def local_split_files(config, split: str) -> tuple[str, str]:
     if path is None:
       what = "data file" if os.path.isdir(folder) else "data folder"
       missing = os.path.join(folder, f"{stem}.{lang}[.gz]") if os.path.isdir(folder) else folder
-      raise DataError(f"{what} not found: {missing} ("
-                      + ("data.extra_train_files)" if split.startswith(EXTRA) else f"{split} split)"))
+      which = "data.extra_train_files" if split.startswith(EXTRA) else f"{split} split"
+      raise DataError(f"{what} not found: {missing} ({which})")
     paths.append(path)
   return paths[0], paths[1]
 
@@ -273,8 +273,8 @@ def _prepare_local(config) -> str:
   splits = [*SPLITS, *train_parts(config)[1:]]
   files = {split: local_split_files(config, split) for split in splits}
   key = hashlib.sha256(repr((ParallelText.VERSION, d.source_lang, d.target_lang, d.skip_bad_utf8, [
-      (split, p, os.path.getsize(p), os.stat(p).st_mtime_ns) for split in splits for p in files[split]
-  ])).encode()).hexdigest()[:12]
+      (split, p, os.path.getsize(p), os.stat(p).st_mtime_ns)
+      for split in splits for p in files[split]])).encode()).hexdigest()[:12]
   slug = "".join(ch if ch.isalnum() else "_" for ch in d.local_corpus)
   cfg = ParallelTextConfig(name=f"{slug}_{d.source_lang}{d.target_lang}_{key}", files=files,
                            source_lang=d.source_lang, target_lang=d.target_lang,
