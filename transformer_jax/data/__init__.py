@@ -2,7 +2,8 @@
 
 1. ``sources``: raw parallel text (TFDS ``wmt14_translate/*``, or aligned local text files made
    into a TFDS ArrayRecord dataset, or any two files) -> checked, cleaned sentence pairs;
-   :func:`sources.load_split_texts`, :func:`sources.read_parallel_files`;
+   :func:`sources.load_split_texts`, :func:`sources.read_parallel_files` (``downloads`` fetches
+   missing files of corpora with a public home);
 2. ``tokenizer``: the shared SentencePiece vocabulary (trained once per workdir) and the
    :class:`tokenizer.Tokenizer`;
 3. ``token_cache``: cleaned pairs -> token ids, a split tokenized once and cached as ragged

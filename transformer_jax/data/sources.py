@@ -11,7 +11,7 @@ Where a split's pairs come from (``config.data.dataset``):
   when set), and more training pairs from other folders (``data.extra_train_files``: the
   training split is then the corpus's own pairs followed by theirs, ``train_parts``); files of
   corpora with a public home (Multi30k, WMT test sets via sacrebleu) are
-  downloaded when missing. :class:`ParallelText` (a ``GeneratorBasedBuilder``) turns them into
+  downloaded when missing (``downloads``). :class:`ParallelText` (a ``GeneratorBasedBuilder``) turns them into
   ArrayRecord files once, in a folder keyed by the files' paths, sizes and mtimes under
   ``data.tfds_data_dir`` (default ``$TRANSFORMER_JAX_CACHE_DIR/tfds`` or
   ``~/.cache/transformer_jax/tfds``).
@@ -32,28 +32,21 @@ import hashlib
 import html
 import importlib
 import os
-import shutil
 import socket
-import tempfile
 import urllib.parse
-import urllib.request
 from typing import Any, Iterator
 
 import numpy as np
 import tensorflow_datasets as tfds
 from absl import logging
 
-from transformer_jax import files
 from transformer_jax.config import DATA_DIR_ENV
-from transformer_jax.data import DataError
+from transformer_jax.data import DataError, downloads
 
 SPLITS = ("train", "validation", "test")
 EXTRA = "train_extra"  # prepared split k of data.extra_train_files: f"{EXTRA}{k}", k = 1, 2, ...
 CACHE_DIR_ENV = "TRANSFORMER_JAX_CACHE_DIR"
 CHUNK = 8192  # records read (and tokenized) at a time
-# Public homes of the local corpora this project uses; only reached when a file is missing.
-MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/{stem}.{lang}.gz"
-SACREBLEU_TEST_SETS = {"newstest2013": "wmt13", "newstest2014": "wmt14/full"}
 
 
 def clean_text(text: str, html_unescape: bool = False) -> str:
@@ -135,45 +128,6 @@ def _find_file(folder: str, stem: str, lang: str) -> str | None:
   return None
 
 
-def _download(url: str, dest: str) -> None:
-  """Downloads url to dest atomically (temp file + rename)."""
-  os.makedirs(os.path.dirname(dest), exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(dest), prefix=".download-")
-  try:
-    with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=60) as resp:
-      shutil.copyfileobj(resp, out)
-    os.replace(tmp, dest)
-  finally:
-    if os.path.exists(tmp):
-      os.remove(tmp)
-
-
-def _download_known(folder: str, stem: str, lang: str, other: str) -> str | None:
-  """Fetches a missing `lang` file of a corpus with a public home (Multi30k, WMT test sets)."""
-  corpus = os.path.basename(os.path.normpath(folder))
-  dest = os.path.join(folder, f"{stem}.{lang}.gz")
-  try:
-    if corpus == "multi30k":
-      url = MULTI30K_URL.format(stem=stem, lang=lang)
-      logging.info("downloading %s", url)
-      _download(url, dest)
-      return dest
-    if stem in SACREBLEU_TEST_SETS:
-      from sacrebleu.utils import get_reference_files, get_source_file  # pylint: disable=g-import-not-at-top
-      test_set = SACREBLEU_TEST_SETS[stem]
-      try:  # `lang` is the source side of lang-other, or the reference side of other-lang
-        path = get_source_file(test_set, f"{lang}-{other}")
-      except Exception:  # pylint: disable=broad-except
-        path = get_reference_files(test_set, f"{other}-{lang}")[0]
-      os.makedirs(folder, exist_ok=True)
-      with open(path, "rb") as src:  # a test set: a few hundred KB
-        files.write_bytes(dest, gzip.compress(src.read()))  # every host may write it at once
-      return dest
-  except Exception as e:  # pylint: disable=broad-except
-    logging.warning("download of %s failed: %s", dest, (str(e).splitlines() or [type(e).__name__])[0])
-  return None
-
-
 def extra_train_files(config) -> list[str]:
   """data.extra_train_files as a list of 'folder/stem' (a DataError for an entry without both)."""
   entries = [e.strip() for e in config.data.extra_train_files.split(",") if e.strip()]
@@ -208,7 +162,7 @@ def local_split_files(config, split: str) -> tuple[str, str]:
   folder = os.path.join(data_dir, corpus)
   paths = []
   for lang, other in ((d.source_lang, d.target_lang), (d.target_lang, d.source_lang)):
-    path = _find_file(folder, stem, lang) or _download_known(folder, stem, lang, other)
+    path = _find_file(folder, stem, lang) or downloads.fetch_known(folder, stem, lang, other)
     if path is None:
       what = "data file" if os.path.isdir(folder) else "data folder"
       missing = os.path.join(folder, f"{stem}.{lang}[.gz]") if os.path.isdir(folder) else folder
