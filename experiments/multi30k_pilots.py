@@ -156,7 +156,7 @@ AVX2_RECIPES = {  # the float32 hour on a CPU without AVX-512: 3773 steps, dev p
                         "judged from one pair",
                         {**ADOPTED_AT_2700, "seed": 2}),
     "news_x6_2700": ("31k WMT news pairs mixed into the adopted recipe's training data "
-                     "(`data.extra_train_files=wmt-news/train`, Multi30k upsampled x6: news 32% "
+                     "(`data.extra_train_files=wmt-news/train`, Multi30k upsampled x6: news 31% "
                      "of the target tokens), against seeds 0-2 at their 2700 steps: the hour "
                      "sees Multi30k ~13 times and overfits it (training NLL 1.52, dev 1.76); "
                      "more, other-domain sentences instead of repeats",
