@@ -4,7 +4,7 @@ configs/multi30k.py, and how each pilot's runs shared the machine.
 Data only: `experiments/multi30k_recipe.py` turns a pilot into training commands
 (`--print_commands`) and summarises its runs into results/<stem>.{md,json,png}. Every recipe
 states the settings it trained with that the config has changed since (`BEFORE_WD`,
-tests/test_multi30k_recipe.py), so its printed command still trains what was measured.
+`BEFORE_ALPHA`, tests/test_multi30k_recipe.py), so its printed command still trains what was measured.
 """
 
 from __future__ import annotations
@@ -17,6 +17,9 @@ STEP_MARK = 400  # ... and at this step: the machine's speed drifts between runs
 # configs/multi30k.py's settings that changed after a pilot ran, pinned in its commands so they
 # still train what it trained: weight decay 0.1 came on 2026-11-26 03:20, scale 0.7 at 15:30.
 BEFORE_WD = {"train.learning_rate_scale": 0.5, "train.weight_decay": 0.0}
+# Every pilot decoded its dev scores with the paper's length penalty; the config's is 1.4 since
+# 2026-11-27 (chosen on three seeds' dev scores, time_to_quality.md lever 34). In every command.
+BEFORE_ALPHA = {"decode.alpha": 0.6}
 COMMON = {"train.max_train_minutes": PILOT_MINUTES, "train.eval_every_steps": 100,
           "train.checkpoint_every_minutes": 100, "train.progress_bar": False,
           "train.weight_decay": 0.0}

@@ -44,7 +44,7 @@ import os
 import shlex
 
 from experiments import local_runner, plots, report_run, results_files
-from experiments.multi30k_pilots import PILOTS, Pilot
+from experiments.multi30k_pilots import BEFORE_ALPHA, PILOTS, Pilot
 from transformer_jax import evaluate, files, markdown, workdir as workdir_lib
 
 ONE_CORE = f"XLA_FLAGS={local_runner.ONE_CORE_XLA_FLAGS}"  # as the sweep's --parallel runs
@@ -54,7 +54,7 @@ AVERAGES = (1, 3, 5, 10)  # checkpoints averaged, as the hour's report_run --ave
 def command(name: str, runs: str, pilot: str = "recipe") -> str:
   """The training command of one recipe (workdir RUNS/NAME)."""
   spec = PILOTS[pilot]
-  overrides = {**spec.common, **spec.recipes[name][1]}
+  overrides = {**spec.common, **BEFORE_ALPHA, **spec.recipes[name][1]}
   cmd = shlex.join(["python", "-m", "transformer_jax.main", "--config=configs/multi30k.py",
                     f"--workdir={os.path.join(runs, name)}"]
                    + [f"--config.{k}={v}" for k, v in overrides.items()])
