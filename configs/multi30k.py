@@ -14,8 +14,8 @@ Expected: test2016 sacreBLEU 38-40, set by the CPU's speed, since the run stops 
 A slow AMD EPYC instance without AVX-512 made 2661 steps and scored 38.5 (last 5 averaged;
 38.2 with the paper's alpha 0.6: experiments/results/multi30k_lr07.md); faster instances made
 4000-7100 steps and scored 39.1-39.8 with alpha 0.6 (multi30k_wd.md, multi30k.md,
-multi30k_intel.md). Three seeds of this recipe at 2700
-steps score dev sacreBLEU 39.90 +- 0.47.
+multi30k_intel.md). Three seeds of this recipe at 2700 steps score dev sacreBLEU 39.90 +- 0.47
+with alpha 0.6, 40.27 with 1.4.
 
 How it differs from the paper's base model, and why (each choice measured on the dev split
 only; experiments/results/time_to_quality.md has every lever, its command and its numbers):
@@ -42,8 +42,9 @@ decay 0.2, d_ff 2048, 4 + 4 layers, a smaller model, attention/ReLU dropout, BPE
 one-core models as an ensemble, WMT news pairs mixed in (`data.extra_train_files`).
 Unchanged: post-LN, sinusoidal positions, tied embeddings x sqrt(d_model), Adam(0.9, 0.98, 1e-9)
 with the inverse-square-root schedule, label smoothing 0.1, beam 4.
-Results before 2026-11-26 15:30 ran with scale 0.5 (and before 03:20 without weight decay): add
-`--config.train.learning_rate_scale=0.5` (`--config.train.weight_decay=0`) to rerun them.
+Results before 2026-11-26 15:30 ran with scale 0.5 (and before 03:20 without weight decay),
+and all before 2026-11-27 04:00 decoded with alpha 0.6: add `--config.train.learning_rate_scale=0.5`
+(`--config.train.weight_decay=0`, `--config.decode.alpha=0.6`) to rerun them.
 """
 
 from transformer_jax.config import default_config

@@ -4,7 +4,8 @@ configs/multi30k.py, and how each pilot's runs shared the machine.
 Data only: `experiments/multi30k_recipe.py` turns a pilot into training commands
 (`--print_commands`) and summarises its runs into results/<stem>.{md,json,png}. Every recipe
 states the settings it trained with that the config has changed since (`BEFORE_WD`,
-`BEFORE_ALPHA`, tests/test_multi30k_recipe.py), so its printed command still trains what was measured.
+`BEFORE_ALPHA`, tests/test_multi30k_recipe.py), so its printed command still trains what was
+measured.
 """
 
 from __future__ import annotations

@@ -31,8 +31,8 @@ def test_every_recipe_command_is_a_valid_training_command(pilot_name):
 
 @pytest.mark.parametrize("pilot_name", sorted(multi30k_pilots.PILOTS))
 def test_every_pilot_command_states_the_settings_the_recipe_changed_since(pilot_name):
-  """configs/multi30k.py's rate, weight decay and alpha changed after pilots ran: their commands must
-  state the values they trained with, or rerunning one would train the new recipe."""
+  """configs/multi30k.py's rate, weight decay and alpha changed after pilots ran: their commands
+  must state the values they trained with, or rerunning one would train the new recipe."""
   for name in multi30k_pilots.PILOTS[pilot_name].recipes:
     cmd = multi30k_recipe.command(name, "runs", pilot_name)
     for key in (*multi30k_pilots.BEFORE_WD, *multi30k_pilots.BEFORE_ALPHA):

@@ -10,8 +10,8 @@ Where a split's pairs come from (``config.data.dataset``):
   ``{stem}.{lang}[.gz]`` in ``data_dir/local_corpus`` (dev/test from ``data_dir/eval_data_dir``
   when set), and more training pairs from other folders (``data.extra_train_files``: the
   training split is then the corpus's own pairs followed by theirs, ``train_parts``); files of
-  corpora with a public home (Multi30k, WMT test sets via sacrebleu) are
-  downloaded when missing (``downloads``). :class:`ParallelText` (a ``GeneratorBasedBuilder``) turns them into
+  corpora with a public home (Multi30k, WMT test sets via sacrebleu) are downloaded when
+  missing (``downloads``). :class:`ParallelText` (a ``GeneratorBasedBuilder``) turns them into
   ArrayRecord files once, in a folder keyed by the files' paths, sizes and mtimes under
   ``data.tfds_data_dir`` (default ``$TRANSFORMER_JAX_CACHE_DIR/tfds`` or
   ``~/.cache/transformer_jax/tfds``).
