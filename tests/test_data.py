@@ -17,45 +17,14 @@ import sys
 import numpy as np
 import pytest
 
-from tests.common import DATA_DIR, requires_data
+from tests.common import requires_data
+# config, tmp and tok are module-scoped fixtures: each module builds its own
+from tests.data_fixtures import (  # noqa: F401
+    config, rows_as_examples, tmp, tok, with_data)
 from transformer_jax.data import DataError, batching, pipeline, sources, token_cache, tokenizer
 
 # One xdist worker runs the module, so its vocabulary is trained once (conftest).
 pytestmark = [requires_data, pytest.mark.xdist_group(__name__)]
-
-
-def _config(tfds_dir, **data):
-  from configs.tiny import get_config
-  c = get_config()
-  c.data.data_dir = DATA_DIR
-  c.data.tfds_data_dir = str(tfds_dir)
-  c.data.max_source_len = c.data.max_target_len = 64
-  c.model.vocab_size = 1000
-  for k, v in data.items():
-    c.data[k] = v
-  return c
-
-
-@pytest.fixture(scope="module")
-def tmp(tmp_path_factory):
-  return tmp_path_factory.mktemp("data")
-
-
-@pytest.fixture(scope="module")
-def config(tmp):
-  return _config(tmp / "tfds")
-
-
-@pytest.fixture(scope="module")
-def tok(config, tmp):
-  return tokenizer.load_or_train_tokenizer(config, str(tmp / "workdir"))
-
-
-def _with(config, **data):
-  c = config.copy_and_resolve_references()
-  for k, v in data.items():
-    c.data[k] = v
-  return c
 
 
 # ----------------------------------------------------------------------------- TFDS + text
@@ -78,7 +47,7 @@ def test_texts_are_cleaned_and_in_file_order(config):
   assert all(t == " ".join(t.split()) for t in src + tgt)  # stripped, no tabs or double spaces
   assert "\t" not in tgt[7365] and tgt[7365].startswith('"')
   assert not [s for s in src if "&amp;" in s or "&#" in s]
-  raw, _ = sources.load_split_texts(_with(config, html_unescape=False), "train")
+  raw, _ = sources.load_split_texts(with_data(config, html_unescape=False), "train")
   assert sum("&amp;" in s for s in raw) > 0
   assert sources.clean_text("  a\t b &amp; c  ", html_unescape=True) == "a b & c"
 
@@ -110,17 +79,6 @@ def test_tokenizer_round_trip_and_special_ids(config, tok, tmp):
 # ----------------------------------------------------------------------------- train batches
 
 
-def _rows_as_examples(batch):
-  """(source ids, target ids) tuples of every example in a batch, split at segments."""
-  out = []
-  for b in range(batch["inputs"].shape[0]):
-    for seg in range(1, int(batch["inputs_segmentation"][b].max(initial=0)) + 1):
-      s = batch["inputs"][b][batch["inputs_segmentation"][b] == seg]
-      t = batch["targets"][b][batch["targets_segmentation"][b] == seg]
-      out.append((tuple(s.tolist()), tuple(t.tolist())))
-  return out
-
-
 def _kept_examples(config, tok):
   tokd = token_cache.tokenized_split(config, tok, "train")
   keep = batching.select_for_training(tokd, config.data.max_source_len, config.data.max_target_len)
@@ -130,7 +88,7 @@ def _kept_examples(config, tok):
 
 @pytest.mark.parametrize("budget,multiple", [(1024, 4), (4096, 8)])
 def test_bucket_batches_respect_the_token_budget(config, tok, budget, multiple):
-  c = _with(config, tokens_per_batch=budget, batch_mode="bucket")
+  c = with_data(config, tokens_per_batch=budget, batch_mode="bucket")
   it = pipeline.make_train_iterator(c, tok, batch_multiple=multiple)
   real_tokens = all_tokens = 0
   for _ in range(200):
@@ -155,7 +113,7 @@ def test_bucket_batches_respect_the_token_budget(config, tok, budget, multiple):
 
 @pytest.mark.parametrize("mode", ["bucket", "pack"])
 def test_an_epoch_holds_every_example_exactly_once(config, tok, mode):
-  c = _with(config, tokens_per_batch=2048, batch_mode=mode)
+  c = with_data(config, tokens_per_batch=2048, batch_mode=mode)
   _, keep, expected = _kept_examples(c, tok)
   assert len(keep) > 28000
   it = pipeline.make_train_iterator(c, tok, batch_multiple=2)
@@ -163,7 +121,7 @@ def test_an_epoch_holds_every_example_exactly_once(config, tok, mode):
   if mode == "bucket":
     n_batches = len(it.planner.epoch_batches(0)[0])
     for _ in range(n_batches):
-      seen += _rows_as_examples(next(it))
+      seen += rows_as_examples(next(it))
     assert it.get_state()["batch"] == n_batches
   else:
     n_rows = len(it.planner._epoch_rows(0))
@@ -172,52 +130,14 @@ def test_an_epoch_holds_every_example_exactly_once(config, tok, mode):
       batch = next(it)
       rows += [{k: v[i:i + 1] for k, v in batch.items()} for i in range(batch["inputs"].shape[0])]
     for r in rows[:n_rows]:
-      seen += _rows_as_examples(r)
+      seen += rows_as_examples(r)
   got = collections.Counter(seen)
   assert sum(got.values()) == len(keep)  # count
   assert got == expected                # and content: nothing lost, nothing duplicated
 
 
-def test_extra_training_files_follow_the_corpus_which_is_upsampled(config, tok, capsys):
-  c = _with(config, extra_train_files="wmt14/newstest2013", upsample_primary=2,
-            tokens_per_batch=2048, batch_mode="pack")
-  src = sources.split_source(c, "train")
-  assert src.part_sizes == (29000, 3000) and len(src) == 32000
-  assert src.dataset_id != sources.split_source(config, "train").dataset_id  # own token cache
-  assert len(sources.split_source(c, "validation")) == 1014
-  news = sources.read_parallel_files(*(os.path.join(DATA_DIR, "wmt14", f"newstest2013.{lang}.gz")
-                                       for lang in ("en", "de")))
-  own = sources.split_source(config, "train").texts([28999])
-  got = src.texts([28999, 29000, 31999])
-  assert [x[0] for x in got] == [x[0] for x in own]  # the corpus's own pairs come first
-  assert [x[1:] for x in got] == [[x[0], x[-1]] for x in news]  # then the extra file's, in order
-
-  tokd = token_cache.tokenized_split(c, tok, "train")
-  keep = batching.select_for_training(tokd, 64, 64)
-  it = pipeline.make_train_iterator(c, tok)
-  assert re.search(r"training data: multi30k/train \d+ pairs x2 \(\d+% of target tokens\), "
-                   r"wmt14/newstest2013 \d+ pairs \(\d+% of target tokens\)",
-                   capsys.readouterr().out)
-  counts = np.bincount(it.planner.example_ids, minlength=len(tokd))
-  own_N, extra_N = keep[keep < 29000], keep[keep >= 29000]
-  assert len(extra_N) > 1500  # 1924: a 1000-piece vocabulary cuts news into long sequences
-  assert (counts[own_N] == 2).all() and (counts[extra_N] == 1).all()
-  assert counts.sum() == 2 * len(own_N) + len(extra_N)
-  # one epoch of batches holds exactly that: the corpus's pairs twice, the extra file's once
-  n_rows = len(it.planner._epoch_rows(0))
-  rows = []
-  while len(rows) < n_rows:
-    batch = next(it)
-    rows += [{k: v[i:i + 1] for k, v in batch.items()} for i in range(batch["inputs"].shape[0])]
-  seen = collections.Counter(ex for r in rows[:n_rows] for ex in _rows_as_examples(r))
-  expected = collections.Counter()
-  for i, n in ((i, counts[i]) for i in np.flatnonzero(counts)):
-    expected[(tuple(tokd.source(i).tolist()), tuple(tokd.target(i).tolist()))] += int(n)
-  assert seen == expected
-
-
 def test_epochs_are_shuffled_differently_and_deterministically(config, tok):
-  c = _with(config, tokens_per_batch=2048)
+  c = with_data(config, tokens_per_batch=2048)
   a = pipeline.make_train_iterator(c, tok)
   b = pipeline.make_train_iterator(c, tok)
   first = [next(a) for _ in range(3)]
@@ -242,7 +162,7 @@ def _assert_same(xs, ys):
 
 @pytest.mark.parametrize("mode,bpe_dropout", [("bucket", 0.0), ("pack", 0.0), ("pack", 0.1)])
 def test_resume_from_saved_state_gives_identical_batches(config, tok, mode, bpe_dropout):
-  c = _with(config, tokens_per_batch=4096, batch_mode=mode, bpe_dropout=bpe_dropout)
+  c = with_data(config, tokens_per_batch=4096, batch_mode=mode, bpe_dropout=bpe_dropout)
   it = pipeline.make_train_iterator(c, tok, batch_multiple=2)
   n_epoch = len(it.planner.epoch_batches(0)[0])
   for _ in range(n_epoch - 3):  # stop just before an epoch boundary
@@ -261,7 +181,7 @@ def test_bpe_dropout_samples_each_epoch_afresh_and_reproducibly(config, tok):
   worker processes do), are finer than the fixed segmentation on the whole, and decode to the same
   text; with data.bpe_dropout_target False the targets keep the fixed segmentation."""
   import copy  # pylint: disable=g-import-not-at-top  (__getstate__/__setstate__, as grain ships it)
-  c = _with(config, bpe_dropout=0.1)
+  c = with_data(config, bpe_dropout=0.1)
   fixed = token_cache.tokenized_split(c, tok, "train")
   seg = token_cache.SampledSegmentation(c, tok)
   e0, e1 = seg(0), seg(1)
@@ -278,7 +198,7 @@ def test_bpe_dropout_samples_each_epoch_afresh_and_reproducibly(config, tok):
   other_seed.seed += 1
   assert not np.array_equal(token_cache.SampledSegmentation(other_seed, tok)(0).source_ids[:5000],
                             e0.source_ids[:5000])
-  source_only = token_cache.SampledSegmentation(_with(c, bpe_dropout_target=False), tok)(0)
+  source_only = token_cache.SampledSegmentation(with_data(c, bpe_dropout_target=False), tok)(0)
   np.testing.assert_array_equal(source_only.source_ids, e0.source_ids)  # the same source draw
   np.testing.assert_array_equal(source_only.target_ids, fixed.target_ids)
   np.testing.assert_array_equal(source_only.target_offsets, fixed.target_offsets)
@@ -289,13 +209,13 @@ def test_bpe_dropout_needs_a_bpe_vocabulary(config):
   for bad, msg in (({"bpe_dropout": 0.1, "vocab_type": "unigram"}, "needs data.vocab_type='bpe'"),
                    ({"bpe_dropout": 1.0}, "must be a rate in [0, 1)")):
     with pytest.raises(ConfigError, match=re.escape(msg)):
-      validate(_with(config, **bad))
+      validate(with_data(config, **bad))
 
 
 def test_resume_through_an_orbax_checkpoint_manager(config, tok, tmp):
   import grain
   import orbax.checkpoint as ocp
-  c = _with(config, tokens_per_batch=2048, batch_mode="pack")
+  c = with_data(config, tokens_per_batch=2048, batch_mode="pack")
   it = pipeline.make_train_iterator(c, tok)
   for _ in range(7):
     next(it)
@@ -314,7 +234,7 @@ def test_resume_through_an_orbax_checkpoint_manager(config, tok, tmp):
 
 @pytest.mark.parametrize("mode", ["bucket", "pack"])
 def test_each_process_gets_its_rows_of_the_global_batch(config, tok, mode):
-  c = _with(config, tokens_per_batch=2048, batch_mode=mode)
+  c = with_data(config, tokens_per_batch=2048, batch_mode=mode)
   full = pipeline.make_train_iterator(c, tok, batch_multiple=4)
   parts = [pipeline.make_train_iterator(c, tok, batch_multiple=4, process_index=p, process_count=2)
            for p in range(2)]
@@ -328,7 +248,7 @@ def test_each_process_gets_its_rows_of_the_global_batch(config, tok, mode):
 
 
 def test_packed_rows_have_consistent_segments_and_positions(config, tok):
-  c = _with(config, tokens_per_batch=2048, batch_mode="pack")
+  c = with_data(config, tokens_per_batch=2048, batch_mode="pack")
   it = pipeline.make_train_iterator(c, tok)
   multi = 0
   for _ in range(20):
@@ -355,7 +275,7 @@ def test_packed_row_logits_equal_each_example_alone(config, tok):
   import jax.numpy as jnp
   from transformer_jax.config import ModelConfig
   from transformer_jax.model import Transformer
-  batch = next(pipeline.make_train_iterator(_with(config, tokens_per_batch=1024, batch_mode="pack"), tok))
+  batch = next(pipeline.make_train_iterator(with_data(config, tokens_per_batch=1024, batch_mode="pack"), tok))
   row = int(np.argmax(batch["inputs_segmentation"].max(1)))
   assert batch["inputs_segmentation"][row].max() >= 2
   mcfg = ModelConfig(vocab_size=1000, d_model=32, num_heads=2, d_k=16, d_v=16, d_ff=64,
@@ -409,7 +329,7 @@ def test_eval_batches_keep_every_example(config, tok):
 
 
 def test_eval_examples_longer_than_the_limit_are_cut_not_dropped(config, tok):
-  c = _with(config, max_source_len=16, max_target_len=16)
+  c = with_data(config, max_source_len=16, max_target_len=16)
   batches = pipeline.make_eval_batches(c, tok, "validation")
   assert sum((b["example_index"] >= 0).sum() for b in batches) == 1014
   for b in batches:

@@ -102,12 +102,11 @@ class TrainBatchIterator(grain.DatasetIterator):
     super().close()
 
 
-def _mix(config, tokenized, keep_N: np.ndarray, verbose: bool) -> np.ndarray:
-  """The kept training examples with the corpus's own (the first part of the training split)
-  repeated data.upsample_primary times; prints each part's share of the epoch's target tokens."""
-  parts = sources.train_parts(config)
-  sizes = sources.split_source(config, "train").part_sizes
-  starts = np.cumsum([0, *sizes])
+def _mix(config, tokenized, part_sizes, keep_N: np.ndarray, verbose: bool) -> np.ndarray:
+  """The kept training examples with the corpus's own (the first of `part_sizes`, the training
+  split's parts) repeated data.upsample_primary times; prints each part's share of the epoch's
+  target tokens."""
+  starts = np.cumsum([0, *part_sizes])
   part_N = np.searchsorted(starts, keep_N, side="right") - 1
   k = config.data.upsample_primary
   mixed_N = np.concatenate([keep_N[part_N == 0]] * k + [keep_N[part_N > 0]])
@@ -115,7 +114,7 @@ def _mix(config, tokenized, keep_N: np.ndarray, verbose: bool) -> np.ndarray:
     names = [f"{config.data.local_corpus}/{config.data.train_files}",
              *sources.extra_train_files(config)]
     tokens = [float(tokenized.target_lengths[keep_N[part_N == p]].sum()) * (k if p == 0 else 1)
-              for p in range(len(parts))]
+              for p in range(len(names))]
     print("training data: " + ", ".join(
         f"{name} {int((part_N == p).sum())} pairs{f' x{k}' if p == 0 and k > 1 else ''} "
         f"({100 * tokens[p] / sum(tokens):.0f}% of target tokens)"
@@ -132,10 +131,11 @@ def make_train_iterator(config, tokenizer, *, batch_multiple: int = 1, process_i
   assembles its own rows [p*n/P, (p+1)*n/P).
   """
   d = config.data
-  tokenized = token_cache.tokenized_split(config, tokenizer, "train")
+  src = sources.split_source(config, "train")
+  tokenized = token_cache.tokenized_split(config, tokenizer, "train", src)
   keep_N = batching.select_for_training(tokenized, d.max_source_len, d.max_target_len)
   if d.extra_train_files:
-    keep_N = _mix(config, tokenized, keep_N, verbose=process_index == 0)
+    keep_N = _mix(config, tokenized, src.part_sizes, keep_N, verbose=process_index == 0)
   segmentation = token_cache.SampledSegmentation(config, tokenizer) if d.bpe_dropout else None
   planner = TrainPlanner(
       tokenized.source_lengths, tokenized.target_lengths, keep_N, mode=d.batch_mode,

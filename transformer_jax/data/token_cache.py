@@ -153,9 +153,11 @@ def tokenized_texts(tokenizer, source_texts: list[str], target_texts: list[str])
                                     for i in range(0, len(source_texts), step)))
 
 
-def tokenized_split(config, tokenizer, split: str) -> TokenizedSplit:
-  """The whole split tokenized (nothing filtered), from the cache when there."""
-  src = sources.split_source(config, split)
+def tokenized_split(config, tokenizer, split: str,
+                    src: sources.SplitSource | None = None) -> TokenizedSplit:
+  """The whole split tokenized (nothing filtered), from the cache when there; `src`: the split's
+  source when the caller has opened it already."""
+  src = src or sources.split_source(config, split)
   cache_dir = os.path.join(sources.cache_root(config), "token_cache", src.dataset_id,
                            f"{split}-{tokenizer.sha}-{src.cleaning}")
   if all(os.path.isfile(os.path.join(cache_dir, f + ".npy")) for f in _FILES):
