@@ -275,7 +275,8 @@ def test_packed_row_logits_equal_each_example_alone(config, tok):
   import jax.numpy as jnp
   from transformer_jax.config import ModelConfig
   from transformer_jax.model import Transformer
-  batch = next(pipeline.make_train_iterator(with_data(config, tokens_per_batch=1024, batch_mode="pack"), tok))
+  packed = with_data(config, tokens_per_batch=1024, batch_mode="pack")
+  batch = next(pipeline.make_train_iterator(packed, tok))
   row = int(np.argmax(batch["inputs_segmentation"].max(1)))
   assert batch["inputs_segmentation"][row].max() >= 2
   mcfg = ModelConfig(vocab_size=1000, d_model=32, num_heads=2, d_k=16, d_v=16, d_ff=64,
