@@ -39,7 +39,8 @@ only; experiments/results/time_to_quality.md has every lever, its command and it
   (experiments/results/bench_bf16/).
 Measured and not adopted: a cool-down, pre-LN, label smoothing 0.2, dropout 0.1 or 0.3, weight
 decay 0.2, d_ff 2048, 4 + 4 layers, a smaller model, attention/ReLU dropout, BPE-dropout, two
-one-core models as an ensemble, WMT news pairs mixed in (`data.extra_train_files`).
+one-core models as an ensemble, WMT news pairs mixed in (`data.extra_train_files`), beam 6
+or 8 (with alpha 1.4).
 Unchanged: post-LN, sinusoidal positions, tied embeddings x sqrt(d_model), Adam(0.9, 0.98, 1e-9)
 with the inverse-square-root schedule, label smoothing 0.1, beam 4.
 Results before 2026-11-26 15:30 ran with scale 0.5 (and before 03:20 without weight decay),
