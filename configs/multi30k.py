@@ -11,11 +11,11 @@ first command: a 2 + 2-layer model of width 128 whose dev sacreBLEU on 500 sente
 example translations are printed at the end (experiments/results/quickstart.md).
 
 Expected: test2016 sacreBLEU 38-40, set by the CPU's speed, since the run stops on wall time.
-A slow AMD EPYC instance without AVX-512 made 2661 steps and scored 38.5 (last 5 averaged;
-38.2 with the paper's alpha 0.6: experiments/results/multi30k_lr07.md); faster instances made
-4000-7100 steps and scored 39.1-39.8 with alpha 0.6 (multi30k_wd.md, multi30k.md,
-multi30k_intel.md). Three seeds of this recipe at 2700 steps score dev sacreBLEU 39.90 +- 0.47
-with alpha 0.6, 40.27 with 1.4.
+A slow AMD EPYC instance without AVX-512 made 3080 steps and scored 39.2 (last 10 averaged:
+experiments/results/multi30k_alpha14.md; 2661 steps and 38.5 a day earlier, multi30k_lr07.md,
+38.2 with the paper's alpha 0.6); faster instances made 4000-7100 steps and scored
+39.1-39.8 with alpha 0.6 (multi30k_wd.md, multi30k.md, multi30k_intel.md). Three seeds of
+this recipe at 2700 steps score dev sacreBLEU 39.90 +- 0.47 with alpha 0.6, 40.27 with 1.4.
 
 How it differs from the paper's base model, and why (each choice measured on the dev split
 only; experiments/results/time_to_quality.md has every lever, its command and its numbers):
