@@ -18,9 +18,7 @@ def data_config(tfds_dir, **data):
   c.data.tfds_data_dir = str(tfds_dir)
   c.data.max_source_len = c.data.max_target_len = 64
   c.model.vocab_size = 1000
-  for k, v in data.items():
-    c.data[k] = v
-  return c
+  return with_data(c, **data)
 
 
 @pytest.fixture(scope="module")

@@ -26,13 +26,13 @@ pytestmark = [requires_data, pytest.mark.xdist_group(__name__)]
 def test_extra_training_files_follow_the_corpus_which_is_upsampled(config, tok, capsys):
   c = with_data(config, extra_train_files="wmt14/newstest2013", upsample_primary=2,
             tokens_per_batch=2048, batch_mode="pack")
-  src = sources.split_source(c, "train")
+  src, plain = sources.split_source(c, "train"), sources.split_source(config, "train")
   assert src.part_sizes == (29000, 3000) and len(src) == 32000
-  assert src.dataset_id != sources.split_source(config, "train").dataset_id  # own token cache
+  assert src.dataset_id != plain.dataset_id  # own token cache
   assert len(sources.split_source(c, "validation")) == 1014
   news = sources.read_parallel_files(*(os.path.join(DATA_DIR, "wmt14", f"newstest2013.{lang}.gz")
                                        for lang in ("en", "de")))
-  own = sources.split_source(config, "train").texts([28999])
+  own = plain.texts([28999])
   got = src.texts([28999, 29000, 31999])
   assert [x[0] for x in got] == [x[0] for x in own]  # the corpus's own pairs come first
   assert [x[1:] for x in got] == [[x[0], x[-1]] for x in news]  # then the extra file's, in order

@@ -157,7 +157,8 @@ def tokenized_split(config, tokenizer, split: str,
                     src: sources.SplitSource | None = None) -> TokenizedSplit:
   """The whole split tokenized (nothing filtered), from the cache when there; `src`: the split's
   source when the caller has opened it already."""
-  src = src or sources.split_source(config, split)
+  if src is None:  # not `src or ...`: a SplitSource has a length, and an empty one is falsy
+    src = sources.split_source(config, split)
   cache_dir = os.path.join(sources.cache_root(config), "token_cache", src.dataset_id,
                            f"{split}-{tokenizer.sha}-{src.cleaning}")
   if all(os.path.isfile(os.path.join(cache_dir, f + ".npy")) for f in _FILES):
