@@ -16,6 +16,11 @@ experiments/results/multi30k_alpha14.md; 2661 steps and 38.5 a day earlier, mult
 38.2 with the paper's alpha 0.6); faster instances made 4000-7100 steps and scored
 39.1-39.8 with alpha 0.6 (multi30k_wd.md, multi30k.md, multi30k_intel.md). Three seeds of
 this recipe at 2700 steps score dev sacreBLEU 39.90 +- 0.47 with alpha 0.6, 40.27 with 1.4.
+A Zen 5 EPYC (CPU family 26, AVX-512) makes 9360 steps and 39.7 (multi30k_zen5.md); there the
+recipe overfits from step ~5000, and `configs/multi30k.py:fast_cpu` (dropout 0.3, weight decay
+0.2, chosen on dev: +0.76 sacreBLEU) scored test2016 40.2 in the same hour (multi30k_zen5_reg.md).
+Use it where the recipe's step takes under ~0.5 s (`step_time` in the first minutes of the run's
+metrics.jsonl, or `python -m benchmarks --only=train --train=multi30k:20x100`).
 
 How it differs from the paper's base model, and why (each choice measured on the dev split
 only; experiments/results/time_to_quality.md has every lever, its command and its numbers):
