@@ -89,3 +89,14 @@ def test_config_file_mistakes_name_the_file_and_the_reason(tmp_path):
     with pytest.raises(ConfigError) as e:
       overrides.load_config_file(spec)
     assert match in str(e.value) and "\n" not in str(e.value), (spec, str(e.value))
+
+
+def test_multi30k_fast_cpu_variant_changes_only_the_regularisation():
+  """`configs/multi30k.py:fast_cpu` is the recipe with dropout 0.3 and weight decay 0.2 (lever 36)."""
+  base = overrides.load_config_file("configs/multi30k.py").to_dict()
+  fast = overrides.load_config_file("configs/multi30k.py:fast_cpu").to_dict()
+  validate(overrides.load_config_file("configs/multi30k.py:fast_cpu"))
+  changed = {(section, key): (value, fast[section][key])
+             for section, fields in base.items() if isinstance(fields, dict)
+             for key, value in fields.items() if fast[section][key] != value}
+  assert changed == {("model", "dropout_rate"): (0.2, 0.3), ("train", "weight_decay"): (0.1, 0.2)}
