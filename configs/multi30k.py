@@ -20,7 +20,8 @@ A Zen 5 EPYC (CPU family 26, AVX-512) makes 9360 steps and 39.7 (multi30k_zen5.m
 recipe overfits from step ~5000, and `configs/multi30k.py:fast_cpu` (dropout 0.3, weight decay
 0.2, chosen on dev: +0.76 sacreBLEU) scored test2016 40.2 in the same hour (multi30k_zen5_reg.md).
 Use it where the recipe's step takes under ~0.5 s (`step_time` in the first minutes of the run's
-metrics.jsonl, or `python -m benchmarks --only=train --train=multi30k:20x100`).
+metrics.jsonl, or `python -m benchmarks --only=train --train=multi30k:20x100`); it was measured
+at ~9000 steps an hour only, not between the recipe's 2700-4000 and that.
 
 How it differs from the paper's base model, and why (each choice measured on the dev split
 only; experiments/results/time_to_quality.md has every lever, its command and its numbers):

@@ -94,8 +94,9 @@ def test_config_file_mistakes_name_the_file_and_the_reason(tmp_path):
 def test_multi30k_fast_cpu_variant_changes_only_the_regularisation():
   """`configs/multi30k.py:fast_cpu` is the recipe with dropout 0.3 and weight decay 0.2 (lever 36)."""
   base = overrides.load_config_file("configs/multi30k.py").to_dict()
-  fast = overrides.load_config_file("configs/multi30k.py:fast_cpu").to_dict()
-  validate(overrides.load_config_file("configs/multi30k.py:fast_cpu"))
+  fast_config = overrides.load_config_file("configs/multi30k.py:fast_cpu")
+  validate(fast_config)
+  fast = fast_config.to_dict()
   changed = {(section, key): (value, fast[section][key])
              for section, fields in base.items() if isinstance(fields, dict)
              for key, value in fields.items() if fast[section][key] != value}
