@@ -25,7 +25,8 @@ from absl import flags
 from transformer_jax import errors
 
 _CONFIG = flags.DEFINE_string("config", None, "Run config file for training, e.g. "
-                              "configs/multi30k.py or configs/multi30k.py:short.")
+                              "configs/multi30k.py, configs/multi30k.py:short or "
+                              "configs/multi30k.py:fast_cpu.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Folder for checkpoints, vocabulary and logs.")
 _MODE = flags.DEFINE_enum("mode", "train", ["train", "eval", "translate", "average", "vocab"],
                           "What to do with the workdir (vocab: only train the run's "
