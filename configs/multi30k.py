@@ -57,10 +57,13 @@ and all before 2026-11-27 04:00 decoded with alpha 0.6: add `--config.train.lear
 from transformer_jax.config import default_config
 
 
+VARIANTS = ("", "full", "short", "fast_cpu")  # "" and "full": the recipe itself
+
+
 def get_config(variant: str = ""):
-  if variant not in ("", "full", "short", "fast_cpu"):
-    raise ValueError(
-        f"configs/multi30k.py: unknown variant {variant!r}; use 'short', 'fast_cpu' or nothing")
+  if variant not in VARIANTS:
+    raise ValueError(f"configs/multi30k.py: unknown variant {variant!r}; use one of "
+                     f"{', '.join(repr(v) for v in VARIANTS[2:])} or nothing")
   c = default_config()
   d = c.data
   d.dataset = "local"

@@ -93,11 +93,9 @@ def test_config_file_mistakes_name_the_file_and_the_reason(tmp_path):
 
 def test_multi30k_fast_cpu_variant_changes_only_the_regularisation():
   """`configs/multi30k.py:fast_cpu` is the recipe with dropout 0.3 and weight decay 0.2 (lever 36)."""
-  base = overrides.load_config_file("configs/multi30k.py").to_dict()
+  from experiments.row_runs import flatten  # pylint: disable=g-import-not-at-top
   fast_config = overrides.load_config_file("configs/multi30k.py:fast_cpu")
   validate(fast_config)
-  fast = fast_config.to_dict()
-  changed = {(section, key): (value, fast[section][key])
-             for section, fields in base.items() if isinstance(fields, dict)
-             for key, value in fields.items() if fast[section][key] != value}
-  assert changed == {("model", "dropout_rate"): (0.2, 0.3), ("train", "weight_decay"): (0.1, 0.2)}
+  base, fast = flatten(overrides.load_config_file("configs/multi30k.py")), flatten(fast_config)
+  changed = {key: (value, fast[key]) for key, value in base.items() if fast[key] != value}
+  assert changed == {"model.dropout_rate": (0.2, 0.3), "train.weight_decay": (0.1, 0.2)}
