@@ -18,7 +18,8 @@ experiments/results/multi30k_alpha14.md; 2661 steps and 38.5 a day earlier, mult
 this recipe at 2700 steps score dev sacreBLEU 39.90 +- 0.47 with alpha 0.6, 40.27 with 1.4.
 A Zen 5 EPYC (CPU family 26, AVX-512) makes 9360 steps and 39.7 (multi30k_zen5.md); there the
 recipe overfits from step ~5000, and `configs/multi30k.py:fast_cpu` (dropout 0.3, weight decay
-0.2, chosen on dev: +0.76 sacreBLEU) scored test2016 40.2 in the same hour (multi30k_zen5_reg.md).
+0.2, chosen on dev: +0.76 sacreBLEU) scored test2016 40.16, 40.00 and 40.64 in the same hour on
+seeds 0, 1 and 2 (multi30k_zen5_reg.md, multi30k_zen5_fast_seed1.md, multi30k_zen5_fast_seed2.md).
 Use it where the recipe's step takes under ~0.5 s (`step_time` in the first minutes of the run's
 metrics.jsonl, or `python -m benchmarks --only=train --train=multi30k:20x100`); it was measured
 at ~9000 steps an hour only, not between the recipe's 2700-4000 and that.
