@@ -177,6 +177,14 @@ def test_a_branch_of_a_shorter_run_equals_the_longer_run(tmp_path, vocab_dir, re
   assert _snapshot(source) == snapshot
 
 
+def _lock_holds_pid(lock: str, pid: int) -> bool:
+  try:
+    with open(lock) as f:
+      return json.load(f).get("pid") == pid
+  except (FileNotFoundError, ValueError):
+    return False
+
+
 def test_a_second_run_on_a_held_workdir_is_refused_and_the_first_is_unaffected(
     tmp_path, vocab_dir, reference):
   run = _workdir(tmp_path, vocab_dir, "shared")
@@ -184,7 +192,9 @@ def test_a_second_run_on_a_held_workdir_is_refused_and_the_first_is_unaffected(
   first = subprocess.Popen(_cmd(run, f"--config.train.num_steps={STEPS}"), cwd=REPO, env=_env(),
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
   deadline = time.time() + 240
-  while not os.path.exists(lock) and time.time() < deadline and first.poll() is None:
+  # Wait for the lock's content, not just the file: O_EXCL creates it empty and the holder's JSON
+  # follows (workdir.py); stopped in between, the holder would be reported as unknown.
+  while not _lock_holds_pid(lock, first.pid) and time.time() < deadline and first.poll() is None:
     time.sleep(0.02)
   first.send_signal(signal.SIGSTOP)  # hold it mid-run while the second one tries
   try:
