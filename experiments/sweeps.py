@@ -31,7 +31,7 @@ from typing import Any
 import ml_collections
 
 from transformer_jax.config import ConfigError, did_you_mean
-from transformer_jax.overrides import load_python_file
+from transformer_jax.overrides import load_config_file, load_python_file
 
 # The paper's base model (Table 3 row 'base'), the reference rows override.
 PAPER_BASE = {
@@ -79,47 +79,46 @@ def scale(config: str, *, dim_factor: float = 1.0, num_steps: int = 0, bleu_sent
       base_seeds=list(seeds if base_seeds is None else base_seeds)))
 
 
-# The `cpu` scale's protocol, in one place: Multi30k on this 2-core CPU. Widths are the paper's
-# times dim_factor (h and N as in the paper); every row, big included, trains num_steps steps of
-# ~tokens_per_batch source + target tokens (packed); the whole dev split is evaluated
+# The `cpu` scales: Multi30k on a 2-core CPU, widths the paper's x1/8 (h and N as the paper's),
+# every row, big included, trains train.num_steps steps; the whole dev split is evaluated
 # dev_evaluations times during training (the convergence curve) and once more by the runner
-# (loss, perplexity; BLEU of beam search on the first bleu_sentences sentences).
-# Chosen from the pilot (experiments/results/table3_pilot_reading.md): widths x1/8 learn more per
-# minute than x1/4 here, and a peak learning rate twice the 300-step scale's learns faster without
-# diverging; 3000 steps was sized for ~41 runs in ~8 hours of this machine from the pilot's base
-# timing. pre_ln: the one architectural deviation, LayerNorm before each sublayer (and after
-# each stack) instead of the paper's after it. With the paper's post-LN, base does not train in
-# this budget: dev perplexity 20.4 at step 3000 (14.6 at 9000), far above rows that are worse in
-# the paper (N=2: 9.6), while the same base with pre-LN reaches 8.8
-# (experiments/results/table3_cpu_reading.md; the post-LN sweep: table3_cpu_postln.md). Rows
-# with many narrow heads (A h=16, h=32) take several times base's step time.
-CPU = dict(dim_factor=0.125, num_steps=3000, tokens_per_batch=2048, warmup_steps=400,
-           learning_rate_scale=0.5, pre_ln=True, dev_evaluations=10, bleu_sentences=500,
+# (loss, perplexity; BLEU of beam search on the first bleu_sentences sentences). Each scale's run
+# settings are a pinned variant of configs/table3_cpu.py (its docstring gives the reasons), so
+# a change to configs/multi30k.py never changes them.
+CPU = dict(dim_factor=0.125, num_steps=3000, dev_evaluations=10, bleu_sentences=500,
            seeds=(0, 1), base_seeds=(0, 1, 2))
+# The post-LN pilot (issue #53): base, A h=1 and C N=2 at each learning-rate setting, seed 0.
+POSTLN_PILOTS = {
+    "postln_pilot_paper_lr": "the paper's base peak rate 7.0e-4 (at step 400)",
+    "postln_pilot_paper_lr_clip": "the paper's base peak rate 7.0e-4 (at step 400), gradients "
+                                  "clipped to global norm 1",
+    "postln_pilot_long_warmup": "the `cpu` peak 3.1e-3, reached at step 1600 (not 400)",
+}
 
 
-def _cpu_scale(short: dict[str, Any]) -> ml_collections.ConfigDict:
+def _cpu_scale(short: dict[str, Any], variant: str = "", what: str = "") -> ml_collections.ConfigDict:
   p = CPU
+  spec = "configs/table3_cpu.py" + (f":{variant}" if variant else "")
+  cfg = load_config_file(spec)
+  t = cfg.train
   d_model = round(512 * p["dim_factor"])
-  peak = p["learning_rate_scale"] * d_model ** -0.5 * p["warmup_steps"] ** -0.5
+  peak = t.learning_rate_scale * d_model ** -0.5 * t.warmup_steps ** -0.5
   every = max(1, p["num_steps"] // p["dev_evaluations"])
   return scale(
-      "configs/multi30k.py", dim_factor=p["dim_factor"], num_steps=p["num_steps"],
+      spec, dim_factor=p["dim_factor"], num_steps=p["num_steps"],
       bleu_sentences=p["bleu_sentences"], seeds=p["seeds"], base_seeds=p["base_seeds"],
-      overrides=dict(short, **{
-          "data.tokens_per_batch": p["tokens_per_batch"], "train.warmup_steps": p["warmup_steps"],
-          "train.learning_rate_scale": p["learning_rate_scale"], "model.pre_ln": p["pre_ln"],
-          "train.eval_every_steps": every,
-          "train.max_eval_batches": 0, "train.checkpoint_every_steps": p["num_steps"]}),
+      overrides=dict(short, **{"train.eval_every_steps": every, "train.max_eval_batches": 0,
+                               "train.checkpoint_every_steps": p["num_steps"]}),
       description=(
-          f"Multi30k en-de on a 2-core CPU: every row's widths x{p['dim_factor']:g} (base: "
-          f"d_model {d_model}, d_ff {4 * d_model}, h=8, d_k=d_v={d_model // 8}, N=6), h and N as "
-          f"in the paper, {p['num_steps']} steps of ~{p['tokens_per_batch']} source + "
-          f"{p['tokens_per_batch']} target tokens (packed) for every row, big included, "
-          + ("pre-LN (a deviation: post-LN base does not train in this budget), " if p["pre_ln"]
-             else "") +
-          f"warmup {p['warmup_steps']}, lrate scale {p['learning_rate_scale']:g} (base peak {peak:.1e}), "
-          f"seeds {','.join(map(str, p['seeds']))} (base: {','.join(map(str, p['base_seeds']))}), "
+          f"Multi30k en-de on a 2-core CPU ({spec}): every row's widths x{p['dim_factor']:g} "
+          f"(base: d_model {d_model}, d_ff {4 * d_model}, h=8, d_k=d_v={d_model // 8}, N=6), h "
+          f"and N as in the paper, {p['num_steps']} steps of ~{cfg.data.tokens_per_batch} "
+          f"source + target tokens each (packed) for every row, big included, "
+          + ("pre-LN (a deviation: post-LN base does not train in this budget at this rate), "
+             if cfg.model.pre_ln else f"post-LN as the paper, {what}, ")
+          + f"warmup {t.warmup_steps}, lrate scale {t.learning_rate_scale:g} (base peak {peak:.1e}), "
+          + (f"gradient clipping at global norm {t.grad_clip_norm:g}, " if t.grad_clip_norm else "")
+          + f"seeds {','.join(map(str, p['seeds']))} (base: {','.join(map(str, p['base_seeds']))}), "
           f"dev perplexity on the whole dev split every {every} steps, BLEU on the first "
           f"{p['bleu_sentences']} of the 1014 dev sentences"))
 
@@ -139,6 +138,8 @@ def standard_scales() -> ml_collections.ConfigDict:
            "train.checkpoint_every_minutes": 5.0, "train.keep_checkpoints": 2,
            "train.eval_bleu_sentences": 0, "train.progress_bar": False}
   s.cpu = _cpu_scale(short)
+  for name, what in POSTLN_PILOTS.items():
+    s[name] = _cpu_scale(short, name, what)
   s.small = scale(
       "configs/multi30k.py", dim_factor=0.5, num_steps=2000, bleu_sentences=0,
       overrides=dict(short, **{"train.warmup_steps": 400, "train.learning_rate_scale": 0.3,
