@@ -28,7 +28,7 @@ def default_results_dir(sweep_name: str, scale_name: str) -> str:
   return os.path.join(REPO, "experiments", "results", f"{sweep_name}_{scale_name}")
 
 
-def _added_later_at_default(key: str, ours: dict, theirs: dict) -> bool:
+def added_later_at_default(key: str, ours: dict, theirs: dict) -> bool:
   """A config key the code gained after `theirs` was written, set to its default (which is how
   the code behaved before it existed): not a difference."""
   if key in theirs or key not in ours:
@@ -53,7 +53,7 @@ def protocol_difference(ours: dict, theirs: dict) -> str:
     a, b = ours.get(key), (theirs or {}).get(key)
     if isinstance(a, dict) and isinstance(b, dict):
       for sub in sorted(set(a) | set(b)):
-        if a.get(sub) != b.get(sub) and not _added_later_at_default(sub, a, b):
+        if a.get(sub) != b.get(sub) and not added_later_at_default(sub, a, b):
           return f"{key}.{sub}: {b.get(sub)!r} there, {a.get(sub)!r} now"
     elif a != b:
       return f"{key}: {b!r} there, {a!r} now"

@@ -88,9 +88,8 @@ def test_scales_shrink_widths_and_keep_heads_layers_and_ratios(table3):
   base = row_runs.resolve(table3, "base", "cpu").config
   d = 512 * sweeps.CPU["dim_factor"]
   assert (base.model.d_model, base.model.num_heads, base.model.d_k, base.model.d_ff) == (d, 8, d / 8, 4 * d)
-  assert (base.data.local_corpus, base.data.tokens_per_batch) == ("multi30k", sweeps.CPU["tokens_per_batch"])
-  assert (base.train.warmup_steps, base.train.learning_rate_scale) == (
-      sweeps.CPU["warmup_steps"], sweeps.CPU["learning_rate_scale"])
+  assert (base.data.local_corpus, base.data.tokens_per_batch) == ("multi30k", 2048)
+  assert (base.train.warmup_steps, base.train.learning_rate_scale, base.model.pre_ln) == (400, 0.5, True)
   assert base.train.max_eval_batches == 0  # the convergence curve is on the whole dev split
   assert table3.scales.cpu.seeds == list(sweeps.CPU["seeds"]) and len(table3.scales.cpu.base_seeds) >= 3
   assert row_runs.resolve(table3, "E_learned_pe", "tiny").config.model.pe_type == "learned"
