@@ -14,24 +14,38 @@ Expected: a low BLEU (31k training pairs is 1/150th of WMT14, and 30 CPU minutes
 of the paper's compute); the point is that the exact evaluation of Table 2 runs end to end.
 Measured: experiments/results/wmt_news.md.
 
-Differs from the paper's base model as configs/multi30k.py does (small model, short schedule,
-packed 4096-token batches), with a 16000-piece vocabulary for the news domain and sentences
-up to 128 tokens (the 2020 segments hold several sentences).
+Every setting is written out here (none read from configs/multi30k.py), so that the measured
+result keeps its command. Deviations from the paper's base model, and why:
+- 3 + 3 layers, d_model 256, 4 heads of 64, d_ff 1024, dropout 0.2: 31k pairs on 2 cores.
+- 16000 shared BPE pieces (paper 37000): a small corpus; sentences up to 128 tokens (the 2020
+  segments hold several sentences).
+- packed ~4096 + 4096-token batches, warmup 400, lrate scale 0.5, 30 minutes of wall time:
+  a few thousand small updates.
+- dropout keys from the `rbg` generator (faster on CPU, the default when this was measured).
 """
 
-from configs import multi30k
+from transformer_jax.config import default_config
+from transformer_jax.overrides import apply_overrides
+
+SETTINGS = {
+    "data.dataset": "local", "data.local_corpus": "wmt-news",
+    "data.eval_data_dir": "wmt14",    # dev and test come from the WMT14 folder
+    "data.train_files": "train", "data.eval_files": "newstest2013",
+    "data.test_files": "newstest2014", "data.html_unescape": False,
+    "data.max_source_len": 128, "data.max_target_len": 128, "data.batch_mode": "pack",
+    "data.tokens_per_batch": 4096, "data.eval_batch_size": 64,
+    "model.vocab_size": 16000, "model.d_model": 256, "model.num_heads": 4, "model.d_k": 64,
+    "model.d_v": 64, "model.d_ff": 1024, "model.num_encoder_layers": 3,
+    "model.num_decoder_layers": 3, "model.dropout_rate": 0.2,
+    "model.max_len": 192,             # 128 + beam search's 50-token margin, rounded up
+    "train.num_steps": 100_000, "train.max_train_minutes": 30.0, "train.warmup_steps": 400,
+    "train.learning_rate_scale": 0.5, "train.weight_decay": 0.0,
+    "train.dropout_rng_impl": "rbg", "train.log_every_steps": 50,
+    "train.eval_every_steps": 500, "train.checkpoint_every_steps": 100_000,
+    "train.checkpoint_every_minutes": 3.0, "train.keep_checkpoints": 20,
+    "decode.batch_size": 64, "decode.beam_size": 4, "decode.alpha": 0.6,
+}
 
 
 def get_config():
-  c = multi30k.get_config()
-  d = c.data
-  d.local_corpus = "wmt-news"
-  d.eval_data_dir = "wmt14"           # dev and test come from the WMT14 folder
-  d.train_files, d.eval_files, d.test_files = "train", "newstest2013", "newstest2014"
-  d.html_unescape = False
-  d.max_source_len = d.max_target_len = 128
-  c.model.vocab_size = 16000
-  c.model.max_len = 192               # 128 + beam search's 50-token margin, rounded up
-  c.train.max_train_minutes = 30.0
-  c.train.checkpoint_every_minutes = 3.0
-  return c
+  return apply_overrides(default_config(), SETTINGS)

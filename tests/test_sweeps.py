@@ -123,12 +123,22 @@ def test_grid_example_rows():
   assert len(row_runs.resolve_all(grid, ids, "paper")) == 17
 
 
-def test_pilot_scales():
-  pilot = sweeps.load_sweep("experiments/table3_pilot.py")
-  for scale, d_model in (("pilot_w4", 128), ("pilot_w8", 64)):
-    res = row_runs.resolve(pilot, "C_N2", scale)
-    assert (res.config.model.d_model, res.config.model.num_encoder_layers) == (d_model, 2)
-    assert res.config.train.num_steps == 3000 and res.config.train.eval_every_steps == 200
+def test_postln_pilot_scales_are_the_cpu_protocol_with_another_rate(table3):
+  """#53's pilot: post-LN, the cpu widths and steps, and the three rates its docstring names."""
+  cpu = row_runs.resolve(table3, "base", "cpu").config
+  peaks = {}
+  for scale in sweeps.POSTLN_PILOTS:
+    c = row_runs.resolve(table3, "base", scale).config
+    assert not c.model.pre_ln and c.model.d_model == cpu.model.d_model == 64
+    assert c.train.num_steps == cpu.train.num_steps == 3000
+    peaks[scale] = c.train.learning_rate_scale * 64 ** -0.5 * c.train.warmup_steps ** -0.5
+  paper_peak = 512 ** -0.5 * 4000 ** -0.5  # the paper's base schedule at its step 4000
+  assert abs(peaks["postln_pilot_paper_lr"] / paper_peak - 1) < 1e-3
+  assert peaks["postln_pilot_paper_lr_clip"] == peaks["postln_pilot_paper_lr"]
+  assert row_runs.resolve(table3, "base", "postln_pilot_paper_lr_clip").config.train.grad_clip_norm == 1.0
+  cpu_peak = cpu.train.learning_rate_scale * 64 ** -0.5 * cpu.train.warmup_steps ** -0.5
+  assert abs(peaks["postln_pilot_long_warmup"] / cpu_peak - 1) < 1e-9
+  assert row_runs.resolve(table3, "base", "postln_pilot_long_warmup").config.train.warmup_steps == 1600
 
 
 def test_printed_overrides_reproduce_each_rows_config(table3):

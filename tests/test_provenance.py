@@ -1,0 +1,144 @@
+"""Every committed result regenerates at HEAD (experiments/provenance.py), and the pinned
+protocols do not move when the Multi30k recipe does."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from experiments import provenance, row_runs, sweeps
+from transformer_jax.overrides import REPO
+
+RESULTS = os.path.join(REPO, "experiments", "results")
+TRAIN = "python -m transformer_jax.main --config=configs/tiny.py --workdir=W"
+
+
+def test_every_committed_result_regenerates_at_head():
+  findings, archived = provenance.check_folder(RESULTS)
+  bad = [f.line(RESULTS) for f in findings if f.status in provenance.FAILING]
+  assert not bad, "\n".join(bad)
+  assert sum(f.status == "ok" for f in findings) >= 45  # Table 3's 41 runs and the hours
+  assert archived > 0
+
+
+def _write(path, obj):
+  path.parent.mkdir(parents=True, exist_ok=True)
+  path.write_text(obj if isinstance(obj, str) else json.dumps(obj))
+  return path.read_text()
+
+
+def test_drift_names_the_key_archive_is_skipped_and_nothing_is_rewritten(tmp_path):
+  config = row_runs.flatten(provenance.load("configs/tiny.py"))
+  nested = sweeps.nest(config).to_dict()
+  texts = {
+      "same.json": _write(tmp_path / "same.json", {"command": TRAIN, "config": nested}),
+      "drift.json": _write(tmp_path / "drift.json", {
+          "command": TRAIN + " --config.model.dropout_rate=0.3", "config": nested}),
+      "archive/old.json": _write(tmp_path / "archive" / "old.json", "{not json"),
+  }
+  findings, archived = provenance.check_folder(str(tmp_path))
+  by_name = {os.path.relpath(f.path, tmp_path): f for f in findings}
+  assert set(by_name) == {"same.json", "drift.json"} and archived == 1
+  assert by_name["same.json"].status == "ok"
+  assert by_name["drift.json"].status == "drift"
+  assert "model.dropout_rate: 0.1 recorded, 0.3 at HEAD" in by_name["drift.json"].detail
+  for name, text in texts.items():
+    assert (tmp_path / name).read_text() == text
+
+
+@pytest.mark.parametrize("content, status, words", [
+    ("{\"command\": ", "error", "does not load as JSON"),
+    ({"name": "x", "dev": 1.0}, "unchecked", "records no command"),
+    ({"command": "python -m benchmarks --only=train"}, "unchecked", "not the settings"),
+    ({"command": TRAIN + " --config.model.no_such_key=1", "config": {"seed": 0}},
+     "error", "unknown config key 'model.no_such_key'"),
+    ({"command": "python -m transformer_jax.main --config=configs/gone.py", "config": {"seed": 0}},
+     "error", "configs/gone.py not found"),
+    ({"command": "python -m transformer_jax.main 'unclosed", "config": {"seed": 0}},
+     "error", "does not parse as a shell line"),
+])
+def test_bad_results_get_one_line_naming_the_file(tmp_path, content, status, words):
+  _write(tmp_path / "r.json", content)
+  (finding,), _ = provenance.check_folder(str(tmp_path))
+  line = finding.line(str(tmp_path))
+  assert finding.status == status and words in line and line.count("\n") == 0
+  assert line.split()[1] == "r.json:"
+
+
+def test_the_cli_exits_1_on_drift_and_prints_the_summary(tmp_path):
+  nested = sweeps.nest(row_runs.flatten(provenance.load("configs/tiny.py"))).to_dict()
+  _write(tmp_path / "drift.json", {"command": TRAIN + " --config.seed=3", "config": nested})
+  run = subprocess.run([sys.executable, "-m", "experiments.provenance", f"--results={tmp_path}"],
+                       capture_output=True, text=True, cwd=REPO, timeout=300)
+  assert run.returncode == 1, run.stderr
+  assert "drift     drift.json: the training command at HEAD: seed: 0 recorded, 3 at HEAD" in run.stdout
+  assert "1 result files: 0 regenerate at HEAD, 1 drifted" in run.stdout
+  missing = subprocess.run([sys.executable, "-m", "experiments.provenance",
+                            f"--results={tmp_path / 'nope'}"],
+                           capture_output=True, text=True, cwd=REPO, timeout=300)
+  assert missing.returncode == 2 and missing.stderr.strip().count("\n") == 0
+
+
+_PROTOCOLS = """
+import json
+from experiments import row_runs, sweeps
+out = {}
+for spec, scale in (("experiments/table3.py", "cpu"), ("experiments/table3.py", "postln_pilot_paper_lr"),
+                    ("experiments/multi30k_levers.py", "at2700")):
+  sweep = sweeps.load_sweep(spec)
+  for row in sweeps.row_ids(sweep):
+    out[f"{spec}:{scale}:{row}"] = row_runs.protocol(row_runs.resolve(sweep, row, scale), sweep)["hash"]
+print(json.dumps(out))
+"""
+
+
+def test_pinned_protocols_do_not_move_when_the_multi30k_recipe_does(tmp_path):
+  """A copy of the repository whose configs/multi30k.py trains something else resolves every
+  pinned sweep scale to the same protocols."""
+  copy = tmp_path / "repo"
+  for part in ("configs", "experiments", "transformer_jax"):
+    shutil.copytree(os.path.join(REPO, part), copy / part,
+                    ignore=shutil.ignore_patterns("results", "__pycache__"))
+  recipe = copy / "configs" / "multi30k.py"
+  text = recipe.read_text()
+  for old, new in (("m.dropout_rate = 0.2", "m.dropout_rate = 0.5"),
+                   ("c.decode.alpha = 1.4", "c.decode.alpha = 2.0"),
+                   ("d.tokens_per_batch = 2048", "d.tokens_per_batch = 999")):
+    assert old in text
+    text = text.replace(old, new)
+  recipe.write_text(text)
+
+  def protocols(root):
+    run = subprocess.run([sys.executable, "-c", _PROTOCOLS], capture_output=True, text=True,
+                         cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, timeout=300)
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout)
+
+  moved = subprocess.run([sys.executable, "-c", "from configs import multi30k; "
+                          "print(multi30k.get_config().model.dropout_rate)"],
+                         capture_output=True, text=True, cwd=copy,
+                         env={**os.environ, "PYTHONPATH": str(copy)}, timeout=300)
+  assert moved.stdout.strip() == "0.5"  # the copy's recipe did change
+  ours, theirs = protocols(REPO), protocols(copy)
+  assert len(ours) > 20 and ours == theirs
+
+
+def test_the_levers_sweep_trains_what_the_retired_pilot_script_trained():
+  """experiments/multi30k_levers.py's rows were compared once, key by key, with the commands of
+  the retired multi30k_pilots.py (AVX2_RECIPES, *_2700); these are the settings they agreed on."""
+  sweep = sweeps.load_sweep("experiments/multi30k_levers.py")
+  expected = {  # row: (dropout, lrate scale, label smoothing, pre_ln, extra train files)
+      "base": (0.2, 0.7, 0.1, False, ""), "drop01_lr05": (0.1, 0.5, 0.1, False, ""),
+      "ls02": (0.2, 0.7, 0.2, False, ""), "preln": (0.2, 0.7, 0.1, True, ""),
+      "lr10": (0.2, 1.0, 0.1, False, ""), "lr05": (0.2, 0.5, 0.1, False, ""),
+      "news_x6": (0.2, 0.7, 0.1, False, "wmt-news/train")}
+  assert sweeps.row_ids(sweep) == list(expected)
+  for row, values in expected.items():
+    c = row_runs.resolve(sweep, row, "at2700").config
+    assert (c.model.dropout_rate, c.train.learning_rate_scale, c.train.label_smoothing,
+            c.model.pre_ln, c.data.extra_train_files) == values, row
+    assert (c.train.num_steps, c.train.weight_decay, c.decode.alpha, c.model.d_model,
+            c.train.checkpoint_every_steps, c.train.max_train_minutes) == (2700, 0.1, 0.6, 256, 90, 0.0)
