@@ -9,16 +9,13 @@ Results: one file per (row, seed) in experiments/results/table3_<scale>/, the re
 (experiments/report.py; experiments/verdicts.py reads the paper's direction for each row off the
 `paper` values here).
 
-Scale `cpu` (the protocol: sweeps.CPU) is 41 runs of 3000 steps at widths x1/8 on Multi30k,
-pre-LN. What to expect on a 2-core CPU: base reaches dev perplexity ~8.8 (sacreBLEU ~35 on 500
-dev sentences), still falling ~13% over the last quarter; 10 of the paper's 11 clear rows
-reproduce on dev perplexity (experiments/results/table3_cpu.md, measured 2026-11-24/25). The
-41 runs took 20.5 hours of one core (16-69 minutes a run: rows with many narrow heads, A h=16
-and h=32, take 2-4x base's step time), ~10.3 hours of a 2-core machine with `--parallel=2`.
-The same protocol with the paper's post-LN (`--config.model.pre_ln=False`;
-experiments/results/table3_cpu_postln.md) leaves base at ~20.4, and the rows that learn faster
-early (fewer layers, no dropout, one wide head) come out *better* than base, the reverse of the
-paper: why the cpu scale is pre-LN.
+Scale `cpu` (pinned in configs/table3_cpu.py) is 41 runs of 3000 steps at widths x1/8 on
+Multi30k, pre-LN. Expected on a 2-core CPU: base dev perplexity ~8.8 (sacreBLEU ~35 on 500 dev
+sentences), still falling ~13% over the last quarter; 10 of the paper's 11 clear rows agree on
+dev perplexity (experiments/results/table3_cpu.md); ~10.3 hours with `--parallel=2` (16-69
+minutes a run on one core: A h=16 and h=32 take 2-4x base's step time). Pre-LN because post-LN
+base stalls at this rate (experiments/results/archive/table3_cpu_postln.md); the scales
+`postln_pilot_*` are the paper's post-LN at other rates (#53's pilot).
 
 Each row is the paper's base model with the row's changes (model widths in the paper's units;
 a scale shrinks d_model, d_k, d_v and d_ff by one factor, see experiments/sweeps.py). `paper`
