@@ -14,7 +14,6 @@ the result's `setups`, records the load it saw).
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import os
@@ -22,13 +21,33 @@ import sys
 import tempfile
 from concurrent import futures
 
+from absl import flags
+
 from experiments import local_runner, row_runs, sweeps
 from experiments.results_files import machine
 from transformer_jax import markdown
 from transformer_jax.config import ConfigError
-from transformer_jax.overrides import REPO
+from transformer_jax.overrides import REPO, load_config_file
 
 RESULTS = os.path.join(REPO, "experiments", "results", "sweep_parallel")
+BENCH_CONFIG = "configs/multi30k.py"  # what `--train=multi30k:...` builds before the overrides
+# Its own flag set: tests import this module beside entry points that define the same names.
+FLAGS = flags.FlagValues()
+flags.DEFINE_string("sweep", "experiments/table3.py", "Sweep file.", flag_values=FLAGS)
+flags.DEFINE_string("row", "base", "Row of the sweep to time.", flag_values=FLAGS)
+flags.DEFINE_string("scale", "cpu", "Scale of the row.", flag_values=FLAGS)
+flags.DEFINE_string("batch", "20x100", "ROWSxLENGTH of a packed batch (the scale's).", flag_values=FLAGS)
+flags.DEFINE_integer("steps", 30, "Timed steps per benchmark.", lower_bound=1, flag_values=FLAGS)
+flags.DEFINE_string("out", RESULTS, "Result files OUT.{md,json}.", flag_values=FLAGS)
+flags.DEFINE_string("notes", "", "Circumstances worth recording (e.g. what was paused).",
+                    flag_values=FLAGS)
+
+
+def model_overrides(res: row_runs.Resolved) -> list[str]:
+  """--config.model.* flags turning the benchmark's model into the row's (every key that differs
+  from BENCH_CONFIG's, whatever config file the row's scale pins)."""
+  ours, bench = row_runs.flatten(res.config.model), row_runs.flatten(load_config_file(BENCH_CONFIG).model)
+  return [f"--config.model.{k}={row_runs.format_value(v)}" for k, v in ours.items() if bench.get(k) != v]
 
 
 def _bench(args, overrides, folder, name, cpus):
@@ -53,21 +72,17 @@ def _side_by_side(args, overrides, folder, name, shares):
                          range(len(shares))))
 
 
-def main() -> None:
-  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  p.add_argument("--sweep", default="experiments/table3.py")
-  p.add_argument("--row", default="base")
-  p.add_argument("--scale", default="cpu")
-  p.add_argument("--batch", default="20x100", help="ROWSxLENGTH of a packed batch (the scale's)")
-  p.add_argument("--steps", type=int, default=30)
-  p.add_argument("--out", default=RESULTS)
-  p.add_argument("--notes", default="", help="Circumstances worth recording (e.g. what was paused).")
-  args = p.parse_args()
+def main(argv=None) -> None:
+  try:
+    FLAGS(argv or sys.argv)
+  except flags.Error as e:
+    raise SystemExit(f"error: {str(e).splitlines()[0]}") from None
+  args = FLAGS
   try:
     res = row_runs.resolve(sweeps.load_sweep(args.sweep), args.row, args.scale)
   except ConfigError as e:
     raise SystemExit(f"error: {e}") from None
-  overrides = [o for o in res.overrides if o.startswith("--config.model.")]
+  overrides = model_overrides(res)
   one_core = local_runner.cpu_shares(len(os.sched_getaffinity(0)))
   with tempfile.TemporaryDirectory() as folder:
     setups = [("one run, every core", [_bench(args, overrides, folder, "all", None)]),
@@ -83,7 +98,8 @@ def main() -> None:
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "machine": machine(), "notes": args.notes, "setups": rows,
             "command": "python -m benchmarks.parallel_runs " + " ".join(
-                f"--{k}={v}" for k, v in vars(args).items() if k != "out")}
+                f"--{k}={FLAGS[k].value}" for k in ("sweep", "row", "scale", "batch", "steps", "notes")
+                if FLAGS[k].value != "")}
   with open(args.out + ".json", "w") as f:
     json.dump(record, f, indent=1)
   table = markdown.table(

@@ -127,7 +127,7 @@ def _train(r: dict) -> list[str]:
                   "target tok/s", "model GFLOP/s", "MFU", "XLA/model FLOPs",
                   "step buffers (args+out+temp)", "peak RSS"], rows), *notes, "",
            "The flax WMT example's step on the same machine: `python -m benchmarks.flax_wmt` "
-           "(experiments/results/bench_flax_wmt.md).", ""]
+           "(its results: experiments/results/bench_flax_wmt_*.md).", ""]
   profiled = [e for e in r["train"] if e.get("profile")]
   if profiled:
     cats = list(dict.fromkeys(c for e in profiled for c in e["profile"]["categories"]))

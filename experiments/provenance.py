@@ -39,6 +39,7 @@ ARCHIVE = "archive"
 PLACE_KEYS = frozenset(("data.data_dir", "data.eval_data_dir", "data.tfds_data_dir",
                         "data.num_workers", "train.progress_bar", "train.peak_flops"))
 FAILING = ("drift", "error")
+_OURS = ("transformer_jax", "experiments", "benchmarks", "launch", "configs")
 
 
 @dataclasses.dataclass
@@ -71,6 +72,25 @@ def _flag(args: list[str], name: str, default: str = "") -> str:
     if a.startswith(f"--{name}="):
       value = a.split("=", 1)[1]
   return value
+
+
+def _missing_program(command: str) -> str:
+  """The `python -m MODULE` or `python FILE.py` of ours that a recorded command runs and this
+  checkout lacks; '' if it has it (or the command runs something else)."""
+  try:
+    words = shlex.split(command)
+  except ValueError:
+    return ""
+  for i, word in enumerate(words[:-1]):
+    nxt = words[i + 1]
+    if word == "-m" and nxt.split(".")[0] in _OURS:
+      if not os.path.exists(os.path.join(REPO, *nxt.split("."))) and not os.path.exists(
+          os.path.join(REPO, *nxt.split(".")) + ".py"):
+        return f"`python -m {nxt}`"
+    elif os.path.basename(word).startswith("python") and nxt.endswith(".py") and nxt.split("/")[0] in _OURS:
+      if not os.path.exists(os.path.join(REPO, nxt)):
+        return f"`python {nxt}`"
+  return ""
 
 
 def resolve_training_command(command: str) -> dict:
@@ -138,8 +158,13 @@ def check_result(path: str) -> Finding:
         return Finding(path, "drift", f"the training command at HEAD: {diff}")
       return Finding(path, "ok", f"{_flag(_module_args(data['command'], 'transformer_jax.main'), 'config')}, "
                                  f"{len(recorded)} settings")
-    if isinstance(data, dict) and (data.get("command") or any(
-        isinstance(v, dict) and v.get("command") for v in data.values())):
+    commands = [data["command"]] if isinstance(data, dict) and data.get("command") else [
+        v["command"] for v in (data.values() if isinstance(data, dict) else [])
+        if isinstance(v, dict) and isinstance(v.get("command"), str)]
+    if commands:
+      gone = next(filter(None, map(_missing_program, commands)), "")
+      if gone:
+        return Finding(path, "drift", f"the recorded command runs {gone}, which HEAD does not have")
       return Finding(path, "unchecked", "records commands but not the settings they resolved to")
     return Finding(path, "unchecked", "records no command")
   except ConfigError as e:

@@ -253,8 +253,7 @@ def test_parallel_runs_sums_steps_per_second_over_processes(tmp_path, monkeypatc
             "load_before": [0.0], "command": "python -m benchmarks ..."}
 
   monkeypatch.setattr(parallel_runs, "_bench", fake_bench)
-  monkeypatch.setattr(sys, "argv", ["parallel_runs", f"--out={tmp_path / 'p'}", "--steps=3"])
-  parallel_runs.main()
+  parallel_runs.main(["parallel_runs", f"--out={tmp_path / 'p'}", "--steps=3"])
   cores = sorted(os.sched_getaffinity(0))
   assert [(n, c) for n, c, _ in seen[:2]] == [("all", None), ("one", [cores[0]])]
   assert sorted(c[0] for _, c, _ in seen[2:]) == cores

@@ -5,7 +5,7 @@ step) with posix_memalign from its worker threads. glibc serves a request that l
 fresh mmap in a thread arena and unmaps it on free, so every step page-faults every page of it
 anew, paying kernel time each step. With all threads in the main arena, no mmap for large blocks
 and no trimming, the freed memory is reused by the next step and the faults disappear
-(measurements: experiments/results/bench_summary.md).
+(measurements: experiments/results/archive/bench_summary.md).
 
 glibc reads these settings when the process starts, so the command-line entry points re-execute
 themselves once with them in the environment (`reexec_with_malloc_settings`, before jax is

@@ -7,7 +7,7 @@ the mask and the select. Both lowerings compute the same function, so the random
 dropout masks, are identical.
 
 Unrolled, the masks cost a fraction of what the rolled loops cost on the CPU; the price is
-compile time. Measurements: experiments/results/bench_summary.md.
+compile time. Measurements: experiments/results/archive/bench_summary.md.
 
 `unroll_threefry_on_cpu()` registers jax's own unrolled lowering for the CPU platform. It uses jax
 internals (`jax._src.random.threefry2x32`, `jax._src.interpreters.mlir`); if they have moved it
