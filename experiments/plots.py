@@ -22,11 +22,11 @@ dev BLEU and perplexity against wall time (`run_curves`, for experiments/report_
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
 import jax.numpy as jnp
+from absl import flags
 import numpy as np
 
 from configs import base, big, multi30k
@@ -328,16 +328,26 @@ def run_curves(curve: list[dict], train_rows: list[dict], dev_rows: list[dict], 
   plt.close(fig)
 
 
+# Its own flag set: report.py and report_run.py import this module beside entry points whose
+# global flags (--out) would clash.
+FLAGS = flags.FlagValues()
+flags.DEFINE_string("out", "experiments/results/paper_plots", "Output folder.", flag_values=FLAGS)
+
+
 def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--out", default="experiments/results/paper_plots")
-  args = parser.parse_args(argv)
-  os.makedirs(args.out, exist_ok=True)
-  pe = plot_positional_encoding(os.path.join(args.out, "positional_encoding.png"))
-  lr = plot_lr_schedule(os.path.join(args.out, "lr_schedule.png"))
-  fl = plot_flops(os.path.join(args.out, "flops_per_layer.png"))
-  write_readme(os.path.join(args.out, "README.md"), pe, lr, fl)
-  print(open(os.path.join(args.out, "README.md")).read())
+  try:
+    rest = FLAGS(argv or sys.argv)
+  except flags.Error as e:
+    raise SystemExit(f"error: {str(e).splitlines()[0]}") from None
+  if len(rest) > 1:
+    raise SystemExit(f"error: unexpected arguments: {' '.join(rest[1:])}")
+  out = FLAGS.out
+  os.makedirs(out, exist_ok=True)
+  pe = plot_positional_encoding(os.path.join(out, "positional_encoding.png"))
+  lr = plot_lr_schedule(os.path.join(out, "lr_schedule.png"))
+  fl = plot_flops(os.path.join(out, "flops_per_layer.png"))
+  write_readme(os.path.join(out, "README.md"), pe, lr, fl)
+  print(open(os.path.join(out, "README.md")).read())
   return 0
 
 

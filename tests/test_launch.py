@@ -159,7 +159,7 @@ def test_shellcheck_clean(script):
 
 def test_flops_report_compares_with_the_paper():
   import sys  # pylint: disable=g-import-not-at-top
-  out = subprocess.run([sys.executable, os.path.join(REPO, "launch", "flops.py")], cwd=REPO,
+  out = subprocess.run([sys.executable, "-m", "launch.flops"], cwd=REPO,
                        capture_output=True, text=True, timeout=120)
   assert out.returncode == 0, out.stderr
   rows = {line.split("|")[1].strip() + "/" + line.split("|")[2].strip(): line
