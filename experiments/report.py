@@ -104,6 +104,13 @@ def summary_lines(rows: list[dict]) -> list[str]:
       lines.append(f"  - Other rows with a small change in the paper (|Δ{name}| < {clear:g}): "
                    f"{count('= ✓', small)} of {len(small)} within the spread, "
                    f"{count('✗', small)} beyond it, {count('pending', small)} pending.")
+  early = [r for r in rows if r.get("ppl_verdict_two_thirds") and r["ppl_expected"] in ("+", "-")]
+  if early:
+    moved = [r for r in early if r["ppl_verdict_two_thirds"] != r["ppl_verdict"]]
+    lines.append(f"- PPL at two thirds of training: {sum(r['ppl_verdict_two_thirds'] == '✓' for r in early)}"
+                 f" of {len(early)} clear rows ✓; verdicts that change between two thirds and the "
+                 "end: " + (", ".join(f"{r['label']} ({r['ppl_verdict_two_thirds']} → "
+                                      f"{r['ppl_verdict']})" for r in moved) or "none") + ".")
   base = next((r for r in rows if r["row"] == "base"), None)
   if base and base["seeds"]:
     p, b = base["ppl"], base["bleu"]

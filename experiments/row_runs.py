@@ -111,6 +111,9 @@ def resolve(sweep: ml_collections.ConfigDict, row_id: str, scale_name: str,
         hp[key] = _scaled(key, hp[key], sc.dim_factor)
     if sc.num_steps:
       hp["train.num_steps"] = sc.num_steps
+      reference_steps = flatten(sweep.reference).get("train.num_steps")
+      if sc.get("paper_step_ratio") and reference_steps and "train.num_steps" in paper:
+        hp["train.num_steps"] = int(round(sc.num_steps * paper["train.num_steps"] / reference_steps))
     apply_overrides(cfg, hp)
     apply_overrides(cfg, user_overrides or {})
     validate(cfg)

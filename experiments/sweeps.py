@@ -68,12 +68,15 @@ def nest(flat: dict[str, Any]) -> ml_collections.ConfigDict:
 
 def scale(config: str, *, dim_factor: float = 1.0, num_steps: int = 0, bleu_sentences: int = 0,
           overrides: dict[str, Any] | None = None, description: str = "",
-          seeds: tuple[int, ...] = (0,), base_seeds: tuple[int, ...] | None = None
-          ) -> ml_collections.ConfigDict:
+          seeds: tuple[int, ...] = (0,), base_seeds: tuple[int, ...] | None = None,
+          paper_step_ratio: bool = False) -> ml_collections.ConfigDict:
   """One scale: run-config file, width factor, steps per row (0: the row's), BLEU sentences, the
-  seeds of every row and those of the base row (default: the same)."""
+  seeds of every row and those of the base row (default: the same). With `paper_step_ratio`,
+  num_steps is the reference's (base's) and each row trains num_steps x its paper steps / the
+  reference's (big: 300k / 100k = 3x, as in the paper); without it every row trains num_steps."""
   return ml_collections.ConfigDict(dict(
       config=config, dim_factor=float(dim_factor), num_steps=int(num_steps),
+      paper_step_ratio=bool(paper_step_ratio),
       bleu_sentences=int(bleu_sentences), overrides=nest(overrides or {}),
       description=description, seeds=list(seeds),
       base_seeds=list(seeds if base_seeds is None else base_seeds)))

@@ -8,7 +8,9 @@ The rules (the report, experiments/report.py, prints them beside each row):
   when the paper's row is '=' and ours moved), '=' within the noise ('= ✓' for a '=' row);
 - the paired bootstrap p-value of the row's BLEU against base's (sacreBLEU, seed 0 of each);
 - convergence: the row's dev perplexity relative to base's halfway through training and at the
-  end (`gap`: a gap that is still closing says the ordering could change with a longer run).
+  end (`gap`: a gap that is still closing says the ordering could change with a longer run), and
+  the PPL verdict at two thirds of training (each run's evaluation nearest 2/3 of its steps): a
+  verdict that differs there from the end's is still moving.
 `summarize` turns a sweep's result files into one dict per row with all of these.
 """
 
@@ -153,10 +155,29 @@ def summarize(sweep, results: dict, planned: dict[str, list[int]], references, s
       row.update({f"{key}_expected": expected, f"{key}_delta": v.get("delta"),
                   f"{key}_noise": v.get("noise"),
                   f"{key}_verdict": v["verdict"] if judged else ("pending" if expected else "")})
+    two_thirds = lambda r: [ppl_at(results[r][s], TWO_THIRDS) for s in results.get(r, {})]  # noqa: E731
+    if compared and row["ppl_expected"] and row["ppl_verdict"] not in ("", "pending"):
+      early = verdict(row["ppl_expected"], [v for v in two_thirds(row["row"]) if v],
+                      [v for v in two_thirds("base") if v])["verdict"]
+      row["ppl_verdict_two_thirds"] = early or None
+    else:
+      row["ppl_verdict_two_thirds"] = None
     row["p_value"] = (p_value(results["base"][base["seeds"][0]],
                               results[row["row"]][row["seeds"][0]], references)
                       if compared and row["seeds"] and base["seeds"] else None)
   return out
+
+
+TWO_THIRDS = 2 / 3
+
+
+def ppl_at(result: dict, fraction: float) -> float | None:
+  """A run's dev perplexity at its evaluation nearest `fraction` of its last evaluated step."""
+  curve = [(int(step), ppl) for step, ppl in result.get("dev_ppl_curve") or []]
+  if len(curve) < 2:
+    return None
+  target = fraction * curve[-1][0]
+  return min(curve, key=lambda point: abs(point[0] - target))[1]
 
 
 def mean_curve(runs: dict) -> dict[int, float]:

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from experiments import report, sweeps, verdicts
+from experiments import report, row_runs, sweeps, verdicts
 from tests.common import table_row
 from tests.sweep_fakes import TABLE3, FakeCLI, run_fake, sweep_cli
 
@@ -132,3 +132,33 @@ def test_report_of_a_partial_sweep(table3, tmp_path):
   assert "- Runs finished: 10 of 39 (row × seed)" in md  # 19 rows x seeds 0,1 + base's seed 0
   ran = md[md.index("## What each row ran"):]
   assert dict(zip(table_row(ran, "row"), table_row(ran, "A_h1")))["seeds"] == "0,1 of 0,1"
+
+
+def test_the_verdict_at_two_thirds_of_training(table3):
+  """Each run's dev PPL at its evaluation nearest 2/3 of its steps, judged as at the end: a row
+  that overtakes base only in the last third has a verdict that is still moving."""
+  run = lambda curve: {"dev_ppl": curve[-1][1], "bleu_tokenized": 20.0, "bleu": 20.0,  # noqa: E731
+                       "dev_ppl_curve": curve, "train_minutes": 1.0, "eval_minutes": 1.0,
+                       "params": 1, "hparams": {}}
+  assert verdicts.ppl_at(run([[100, 9.0], [200, 8.0], [300, 7.0]]), verdicts.TWO_THIRDS) == 8.0
+  base = {s: run([[100, 30.0], [200, 10.0 + s / 10], [300, 8.0 + s / 10]]) for s in range(3)}
+  late = {s: run([[100, 30.0], [200, 9.0 + s / 10], [300, 9.0 + s / 10]]) for s in range(2)}  # C_N2: +
+  early = {s: run([[100, 30.0], [200, 12.0 + s / 10], [300, 9.0 + s / 10]]) for s in range(2)}  # N4: +
+  results = {"base": base, "C_N2": late, "C_N4": early}
+  planned = {"base": [0, 1, 2], "C_N2": [0, 1], "C_N4": [0, 1]}
+  rows = {r["row"]: r for r in verdicts.summarize(table3, results, planned, [])}
+  assert (rows["C_N2"]["ppl_verdict_two_thirds"], rows["C_N2"]["ppl_verdict"]) == ("✗", "✓")
+  assert (rows["C_N4"]["ppl_verdict_two_thirds"], rows["C_N4"]["ppl_verdict"]) == ("✓", "✓")
+  assert rows["A_h1"]["ppl_verdict_two_thirds"] is None  # not run
+  line = next(l for l in report.summary_lines(list(rows.values())) if "two thirds" in l)
+  assert "1 of 2 clear rows ✓" in line and "(C) N=2 (✗ → ✓)" in line
+
+
+def test_paper_step_ratio_gives_big_the_papers_three_times_base(table3):
+  table3.scales.tiny.paper_step_ratio = True
+  try:
+    steps = {r: row_runs.resolve(table3, r, "tiny").config.train.num_steps for r in ("base", "big", "C_N2")}
+  finally:
+    table3.scales.tiny.paper_step_ratio = False
+  assert steps == {"base": 2, "big": 6, "C_N2": 2}
+  assert row_runs.resolve(table3, "big", "tiny").config.train.num_steps == 2  # every row equal
