@@ -36,7 +36,7 @@ _RESULTS = flags.DEFINE_string("results", os.path.join(REPO, "experiments", "res
                                "Folder of committed results (its archive/ is skipped).")
 ARCHIVE = "archive"
 # Keys of a run's config.json that say where and how visibly it ran, not what it computed.
-PLACE_KEYS = frozenset(("data.data_dir", "data.eval_data_dir", "data.tfds_data_dir",
+PLACE_KEYS = frozenset(("data.data_dir", "data.tfds_data_dir",
                         "data.num_workers", "train.progress_bar", "train.peak_flops"))
 FAILING = ("drift", "error")
 _OURS = ("transformer_jax", "experiments", "benchmarks", "launch", "configs")
