@@ -363,6 +363,9 @@ def main(argv):
     _print_commands(runs, out, _LAUNCHER.value, _COMMANDS_FILE.value, follow)
     return
   cpu_shares(_PARALLEL.value)  # too many runs for this host's cores: one line, nothing written
+  for flag, folder in (("--out", out), ("--results_dir", results_dir)):
+    if os.path.exists(folder) and not os.path.isdir(folder):
+      raise ConfigError(f"{flag}={folder} is a file; it must name a folder")
   _check_out(out, sweep.name, scale)
   signal.signal(signal.SIGTERM, forward_sigterm)
   try:
