@@ -35,9 +35,10 @@ import ml_collections
 import orbax.checkpoint as ocp
 from absl import logging
 
-from transformer_jax import files
-from transformer_jax.config import ConfigError
+from transformer_jax import distributed, files, sharding, step as step_lib
+from transformer_jax.config import ConfigError, validate, with_defaults
 from transformer_jax.exceptions import CheckpointError, SaveError  # re-exported here
+from transformer_jax.workdir import free_space
 
 
 TMP_MARKER = ".orbax-checkpoint-tmp"  # in the names of Orbax's unfinished checkpoint folders
@@ -210,7 +211,6 @@ class Saver:
     warnings.filterwarnings("ignore", "coroutine .* was never awaited", RuntimeWarning)
     directory = str(self.manager.directory)
     _remove_unfinished(directory)
-    from transformer_jax.workdir import free_space  # pylint: disable=g-import-not-at-top
     raise SaveError(f"saving the checkpoint of step {step} to {directory} failed ({_reason(error)}; "
                     f"{free_space(directory)}); {kept_note(directory)}; stopping") from None
 
@@ -338,7 +338,6 @@ def _quarantine(manager: ocp.CheckpointManager, step: int, error: Exception) -> 
         f"moved aside to {dst}; trying the previous one", flush=True)
   if jax.process_index() == 0 and files.isdir(src):
     files.rename(src, dst)
-  from transformer_jax import distributed  # pylint: disable=g-import-not-at-top
   distributed.barrier(f"quarantine_{step}")  # every process sees the rename before reloading
   manager.reload()
 
@@ -363,7 +362,6 @@ def saved_config(directory: str, step: int | None = None) -> tuple[ml_collection
     raise unreadable(directory, step, sorted(steps), e) from None
   finally:
     _close_quietly(manager)
-  from transformer_jax.config import with_defaults  # pylint: disable=g-import-not-at-top
   return with_defaults(cfg), step
 
 
@@ -381,10 +379,8 @@ def unreadable(directory: str, step: int, steps: list[int], error: BaseException
 
 def load_params(directory: str, step: int | None = None, mesh=None) -> tuple[Any, ml_collections.ConfigDict, int]:
   """(params, run config, step) of a checkpoint, for evaluation and translation."""
-  from transformer_jax import sharding, step as step_lib  # pylint: disable=g-import-not-at-top
   config, step = saved_config(directory, step)
   try:
-    from transformer_jax.config import validate  # pylint: disable=g-import-not-at-top
     validate(config)
   except ConfigError as e:
     raise CheckpointError(f"checkpoint {directory}/{step} holds an invalid config: {e}") from None

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from absl import flags
 
-from transformer_jax import errors
+from transformer_jax import config as config_lib, errors, files as files_lib, host_memory
+from transformer_jax import overrides as overrides_lib
 
 _CONFIG = flags.DEFINE_string("config", None, "Run config file for training, e.g. "
                               "configs/multi30k.py, configs/multi30k.py:short or "
@@ -67,8 +68,9 @@ _PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index in 
 
 
 def main(argv):
-  from transformer_jax import config as config_lib, distributed  # pylint: disable=g-import-not-at-top
-  from transformer_jax import files as files_lib, overrides as overrides_lib  # pylint: disable=g-import-not-at-top
+  # Imported here, not above: they import jax, and the entry point re-executes itself with its
+  # malloc settings (host_memory) before jax is loaded.
+  from transformer_jax import distributed  # pylint: disable=g-import-not-at-top
   mode, overrides = _MODE.value, errors.OVERRIDE_ARGS
   if len(argv) > 1:
     raise config_lib.ConfigError(f"unexpected arguments: {' '.join(argv[1:])}")
@@ -139,6 +141,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  from transformer_jax import host_memory  # pylint: disable=g-import-not-at-top
   host_memory.reexec_with_malloc_settings()  # before jax starts: no page faults per step on CPU
   errors.run(main)

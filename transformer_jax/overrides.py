@@ -127,11 +127,12 @@ def parse_value(key: str, text: str):
       return int(text)
     if isinstance(ref, float):
       value = float(text)
-      if not math.isfinite(value):
-        raise ConfigError(f"config key '{key}' must be a finite number, got {text!r}")
-      return value
   except ValueError:
     raise ConfigError(f"config key '{key}' must be {type(ref).__name__}, got {text!r}") from None
+  if isinstance(ref, float):
+    if not math.isfinite(value):  # 'nan', 'inf': no key means them
+      raise ConfigError(f"config key '{key}' must be a finite number, got {text!r}")
+    return value
   return text
 
 

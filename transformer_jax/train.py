@@ -38,6 +38,7 @@ from transformer_jax import attention, branch, checkpoint, distributed, evaluate
 from transformer_jax import files, sharding
 from transformer_jax import matmul, step as step_lib, workdir as workdir_lib
 from transformer_jax.config import ConfigError, ModelConfig, validate
+from transformer_jax.data import pipeline, tokenizer
 from transformer_jax.exceptions import TrainingError  # re-exported: train.TrainingError
 from transformer_jax.metrics import (MetricsWriter, ProfileWindow, Progress, measure_peak_flops,
                                      mfu, train_flops)
@@ -151,7 +152,6 @@ def prepare_vocabulary(config: ml_collections.ConfigDict, workdir: str) -> str:
   training run's start would (or the one already there), under the workdir's lock; returns its
   path. A sweep trains the one vocabulary its runs share this way before they start side by
   side (experiments/run.py)."""
-  from transformer_jax.data import tokenizer  # pylint: disable=g-import-not-at-top
   validate(config)
   with workdir_lib.claim(workdir, "training the vocabulary") as workdir:
     distributed.process_zero_first("vocab",
@@ -161,7 +161,6 @@ def prepare_vocabulary(config: ml_collections.ConfigDict, workdir: str) -> str:
 
 def _train(config, workdir, saver, mesh) -> dict:
   """The body of train_and_evaluate, once the workdir is held."""
-  from transformer_jax.data import pipeline, tokenizer  # pylint: disable=g-import-not-at-top
   t_cfg, manager = config.train, saver.manager
   model_cfg = ModelConfig.from_config(config.model)
   abstract_state, state_sh = step_lib.state_shardings(config, mesh)
