@@ -10,13 +10,17 @@ Layout: `WORKDIR/checkpoints/<step>/` holds these items:
 Orbax writes each checkpoint to a temporary folder and renames it when complete, so a killed
 save never looks finished. A checkpoint that still fails to load (truncated or corrupted
 files) is moved aside to `WORKDIR/checkpoints/corrupt_<step>_<time>` and the previous one is
-used; nothing is deleted.
+used, with the data iterator back where it was before the failed attempt; nothing is deleted.
+Each checkpoint's 'progress' item also holds the SHA-256 of the run's vocabulary, so that a resume
+with another vocabulary is refused (train.py).
 
 `Saver` is a training run's writer: saves are asynchronous, and a save that fails (a full disk,
 a lost mount) in the foreground or in Orbax's background thread stops the run with one line
 (`SaveError`) naming the step, the folder and the free space; the partial temporary folder is
 removed and the older checkpoints stay. Once the run's first checkpoint is complete it writes
-`WORKDIR/config.json`, so that file always describes a checkpoint that exists.
+`WORKDIR/config.json`, so that file always describes a checkpoint that exists, and for a resumed
+run `WORKDIR/config_changes.jsonl` (record_changes: the config changes and the step they took
+effect).
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import ml_collections
 import orbax.checkpoint as ocp
 from absl import logging
 
-from transformer_jax import distributed, files, sharding, step as step_lib
+from transformer_jax import distributed, files, quiet, sharding, step as step_lib
 from transformer_jax.config import ConfigError, validate, with_defaults
 from transformer_jax.exceptions import CheckpointError, SaveError  # re-exported here
 from transformer_jax.workdir import free_space
@@ -94,45 +98,6 @@ def _steps_on_disk(directory: str) -> list[int]:
     return []
 
 
-class _QuietOrbaxErrors(std_logging.Filter):
-  """Orbax logs a failed save with tracebacks from each of its threads, and asyncio the futures
-  it left behind; Saver reports the failure as one line (SaveError), so those records are dropped
-  unless the log verbosity asks for INFO."""
-
-  def filter(self, record):
-    if logging.get_verbosity() >= logging.INFO:
-      return True
-    orbax = f"{os.sep}orbax{os.sep}" in record.pathname and record.levelno >= std_logging.ERROR
-    orphan = record.name == "asyncio" and "exception was never retrieved" in record.getMessage()
-    return not (orbax or orphan)
-
-
-def _quiet_unraisablehook(previous):
-  """Tensorstore reports (through sys.unraisablehook) each write that completes after a failed
-  save closed its event loop; those are dropped, everything else goes to `previous`."""
-  def hook(unraisable):
-    tb = unraisable.exc_traceback
-    if (unraisable.exc_type is RuntimeError and str(unraisable.exc_value) == "Event loop is closed"
-        and tb is not None and tb.tb_frame.f_code.co_name == "call_soon_threadsafe"):
-      return
-    previous(unraisable)
-  hook._quiet_orbax = True  # pylint: disable=protected-access
-  return hook
-
-
-def quiet_failed_reads() -> None:
-  """After a checkpoint failed to load: the late callbacks of Orbax's aborted reads ('Event loop is
-  closed' from its asyncio threads, once per pending read, often at exit) are dropped for the rest
-  of the process, since the failure itself is reported in one line (CheckpointError). Other
-  unraisable exceptions and log records still show."""
-  if getattr(sys.unraisablehook, "_quiet_orbax", False):
-    return
-  sys.unraisablehook = _quiet_unraisablehook(sys.unraisablehook)
-  quiet = _QuietOrbaxErrors()
-  for name in ("absl", "asyncio"):
-    std_logging.getLogger(name).addFilter(quiet)
-
-
 def _close_quietly(manager) -> None:
   try:
     manager.close()
@@ -152,11 +117,11 @@ class Saver:
     self._pending = None        # the step of a save that may still be running
     self._failed = False
     self._config_written = False
-    self._quiet = _QuietOrbaxErrors()
+    self._quiet = quiet.OrbaxErrorFilter()
     for name in ("absl", "asyncio"):
       std_logging.getLogger(name).addFilter(self._quiet)
     self._unraisablehook = sys.unraisablehook
-    sys.unraisablehook = _quiet_unraisablehook(sys.unraisablehook)
+    sys.unraisablehook = quiet.unraisablehook(sys.unraisablehook)
 
   def save(self, step: int, state, train_seconds: float) -> None:
     self.finish()  # the previous save's failure belongs to its own step
@@ -330,7 +295,7 @@ def restore_latest(manager: ocp.CheckpointManager, abstract_state, data_iterator
 def _quarantine(manager: ocp.CheckpointManager, step: int, error: Exception) -> None:
   src = os.path.join(str(manager.directory), str(step))
   dst = os.path.join(str(manager.directory), f"corrupt_{step}_{int(time.time())}")
-  quiet_failed_reads()
+  quiet.failed_reads()
   first_line = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
   logging.warning("checkpoint at step %d cannot be read (%s: %s); moved it to %s and trying the "
                   "previous one", step, type(error).__name__, first_line, dst)
@@ -367,7 +332,7 @@ def saved_config(directory: str, step: int | None = None) -> tuple[ml_collection
 
 def unreadable(directory: str, step: int, steps: list[int], error: BaseException) -> CheckpointError:
   """The error for a checkpoint that fails to load: the cause, and the other steps to pick."""
-  quiet_failed_reads()
+  quiet.failed_reads()
   others = [s for s in steps if s != step]
   if others:
     hint = (f"pick another with --step={others[-1]} (steps: {', '.join(map(str, others))}), or "

@@ -162,12 +162,10 @@ def evaluate_workdir(workdir: str, *, splits: Sequence[str] = ("test",),
   workdir = files_lib.resolve(workdir)
   if jax.process_index() == 0:  # where the reports go, checked before anything is decoded
     eval_dir = files_lib.join(workdir, workdir_lib.EVAL_FOLDER)
-    try:
-      files_lib.makedirs(eval_dir)
-    except OSError as e:
-      raise ConfigError(f"cannot write the reports to {eval_dir} ({e.strerror}); nothing was "
-                        "evaluated") from None
-    files_lib.check_writable(files_lib.join(eval_dir, "report"), "the eval folder")
+    where = eval_dir if files_lib.isdir(eval_dir) else workdir  # created when the first is written
+    reason = files_lib.cannot_write_in(where) if files_lib.isdir(workdir) else None
+    if reason:
+      raise ConfigError(f"cannot write the reports to {eval_dir} ({reason}); nothing was evaluated")
   params, config, step, overrides = checkpoint_config(workdir, override_args, average=average,
                                                       step=step)
   tok = tok_lib.load_tokenizer(workdir)  # never trains one: a workdir without vocab/ is an error

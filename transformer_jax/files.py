@@ -180,6 +180,23 @@ def read_lines(path: str) -> list[str]:
   return lines
 
 
+def cannot_write_in(folder: str) -> str | None:
+  """Why no file can be created in the local `folder` (e.g. 'Read-only file system'), or None;
+  tried with a file created and removed at once. Object stores: None."""
+  if is_remote(folder):
+    return None
+  if not os.path.isdir(folder):
+    return "no such folder"
+  probe = os.path.join(folder, f".write-check-{os.getpid()}-{threading.get_ident()}")
+  try:
+    with open(probe, "w"):
+      pass
+    os.remove(probe)
+  except OSError as e:
+    return e.strerror or str(e)
+  return None
+
+
 def check_writable(path: str, what: str) -> None:
   """A one-line ConfigError unless a file can be written at `path` (its folder exists and takes
   a file): checked before the work whose results go there, never after it."""
@@ -190,10 +207,6 @@ def check_writable(path: str, what: str) -> None:
     raise ConfigError(f"{what} {path} is a folder; name a file")
   if not os.path.isdir(folder):
     raise ConfigError(f"{what} {path}: the folder {folder} does not exist; create it first")
-  probe = os.path.join(folder, f".write-check-{os.getpid()}-{threading.get_ident()}")
-  try:
-    with open(probe, "w"):
-      pass
-    os.remove(probe)
-  except OSError as e:
-    raise ConfigError(f"{what} {path}: cannot write in {folder} ({e.strerror})") from None
+  reason = cannot_write_in(folder)
+  if reason:
+    raise ConfigError(f"{what} {path}: cannot write in {folder} ({reason})")

@@ -10,12 +10,18 @@ second run on it stops at once with one line naming the holder.
 
 Resumption: the same command on the same workdir continues from the newest good checkpoint;
 on CPU in float32 the result equals an uninterrupted run bit for bit (same batches, and dropout
-masks that depend only on (seed, step)). The logs follow the checkpoints: a resumed run drops
+masks that depend only on (seed, step)). A resume continues the checkpoint's run: the same
+vocabulary (its SHA-256 is in each checkpoint) and a config that changes only what the finished
+steps never saw (branch.check_resume); the accepted changes are printed and recorded with their
+step in `config_changes.jsonl`. When no checkpoint can be read the run starts again from step 0,
+with step 0's data (checkpoint.restore_latest rewinds the iterator after each failed attempt) and
+the old logs renamed aside. The logs follow the checkpoints: a resumed run drops
 the metric lines and TensorBoard events past the restored step, `config.json` is written once
 the run's first checkpoint is complete, and `train.max_train_minutes` counts the training time
 of every run on the workdir (stored in each checkpoint).
 
-Stops: SIGTERM (preemption) writes a checkpoint of the current step and exits 0. A non-finite
+Stops: SIGTERM (preemption) and a first Ctrl-C write a checkpoint of the current step and exit 0
+(a second Ctrl-C stops at once). A non-finite
 loss or gradient norm stops the run naming the step, before anything from that state is saved
 (the last good checkpoint stays); a loss above `train.divergence_warn_factor` times the lowest
 so far warns once. A checkpoint that cannot be written (checkpoint.SaveError) or any other file
