@@ -45,6 +45,7 @@ MAY_CHANGE = frozenset((
     "train.eval_bleu_sentences", "train.checkpoint_every_steps", "train.checkpoint_every_minutes",
     "train.keep_checkpoints", "train.progress_bar", "train.peak_flops",
     "train.divergence_warn_factor", "train.profile_steps", "train.profile_after_steps",
+    "train.loss_chunk_positions", "train.unroll_threefry_on_cpu", "model.remat",  # same results
     "data.data_dir", "data.eval_data_dir", "data.tfds_data_dir", "data.num_workers",
     "decode.beam_size", "decode.alpha", "decode.max_extra_len", "decode.batch_size",
     "decode.average_checkpoints", "mesh.data", "mesh.fsdp", "mesh.tensor"))

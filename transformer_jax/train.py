@@ -302,11 +302,11 @@ def _check_resume(restored: checkpoint.Restored, config, workdir: str, saver) ->
 
 def _set_aside_logs(workdir: str, quarantined) -> None:
   """A run that starts again from step 0 because no checkpoint could be read: the old run's
-  metrics.jsonl and config_changes.jsonl are renamed aside (not dropped), beside the checkpoints
-  moved aside, and the new run's logs start empty."""
+  metrics.jsonl, config_changes.jsonl and TensorBoard events are renamed aside (not dropped),
+  as the checkpoints were, and the new run's logs start empty."""
   stamp = time.strftime("%Y%m%d-%H%M%S")
   kept = []
-  for name in ("metrics.jsonl", checkpoint.CHANGES_FILE):
+  for name in ("metrics.jsonl", checkpoint.CHANGES_FILE, "tb"):
     path = files.join(workdir, name)
     if files.exists(path):
       aside = files.join(workdir, f"{name}.before_restart_{stamp}")
