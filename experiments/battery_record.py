@@ -306,7 +306,7 @@ _sweep_into_a_file("--results_dir")
 
 # ------------------------------------------------------------------------------------ Ctrl-C
 
-@case("Ctrl-C during training, then the same command", "the first Ctrl-C saves the current step "
+@case("Ctrl-C during training and the same command again", "the first Ctrl-C saves the current step "
       "and exits 0 in a few lines; the same command resumes from it; a second Ctrl-C stops at once "
       "in one line")
 def ctrl_c(scratch):
@@ -323,12 +323,19 @@ def ctrl_c(scratch):
   resume_cmd = _train_cmd(workdir, f"--config.train.num_steps={(saved or [0])[-1] + 2}",
                           "--config.train.checkpoint_every_steps=1000")
   resumed = run(resume_cmd)
-  proc = subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True)  # and twice: stop at once
-  _wait_for(lambda: len(_metric_steps(workdir)) > len(_metric_steps(workdir, "dev")) + 1, proc=proc)
+  other = _with_vocab(scratch, "ctrl_c_twice")  # and twice, once training runs: stop at once
+  twice_cmd = _train_cmd(other, "--config.train.num_steps=100000")
+  proc = subprocess.Popen(twice_cmd, cwd=REPO, env=_env(), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+  _wait_for(lambda: bool(_metric_steps(other)), proc=proc)
   proc.send_signal(signal.SIGINT)
-  proc.send_signal(signal.SIGINT)
-  twice = Run(cmd, None, proc.communicate(timeout=600)[0])
+  seen = []
+  for line in proc.stdout:  # the first one is being handled: the second comes as a user's would
+    seen.append(line)
+    if line.startswith("Ctrl-C: saving"):
+      proc.send_signal(signal.SIGINT)
+      break
+  twice = Run(twice_cmd, None, "".join(seen) + proc.communicate(timeout=600)[0])
   twice.returncode = proc.returncode
   checks = {"exit 0, no traceback": first.returncode == 0 and _clean(first),
             "saved the step it names": bool(saved) and

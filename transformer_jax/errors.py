@@ -9,6 +9,7 @@ and keeps its traceback.
 from __future__ import annotations
 
 import sys
+import warnings
 from typing import Callable
 
 from absl import app, flags, logging
@@ -48,6 +49,10 @@ def run(main: Callable[[list[str]], None], verbosity: int = logging.ERROR) -> No
       print(f"error: {e}", file=sys.stderr)
       sys.exit(2)
     except KeyboardInterrupt:  # Ctrl-C outside training's loop, or a second one inside it
+      # What was interrupted (an Orbax save, say) may leave coroutines never awaited; their
+      # warnings at exit would bury the line. An unfinished save is a temporary folder that
+      # the next run removes.
+      warnings.filterwarnings("ignore", "coroutine .* was never awaited", RuntimeWarning)
       print("error: interrupted (Ctrl-C)", file=sys.stderr)
       sys.exit(130)
   app.run(guarded, flags_parser=parse_flags)
