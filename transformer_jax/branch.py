@@ -17,7 +17,13 @@ saw: the step count, the cool-down, the wall-time limit, and logging/evaluation/
 cadence. The learning-rate schedule of the branch must equal the source's at every step up to S
 (a cool-down may start at S or later). Anything else (a seed, a rate, dropout) is a new run: a
 ConfigError names the key. `WORKDIR/branch.json` records the source and step; the same command
-on the same workdir resumes the branch, and a workdir that is not that branch is refused.
+on the same workdir resumes the branch, and a workdir that is not that branch is refused. A source
+step that cannot be read is refused before anything is copied, and a resume of a branch never
+falls back below its step (branch_step).
+
+The same rule holds for every resume of a workdir (train.py): `check_resume` compares the config
+with the one stored in the checkpoint, refuses a change outside MAY_CHANGE (or of the schedule up
+to the checkpoint's step), and returns the accepted ones, which training records with the step.
 """
 
 from __future__ import annotations

@@ -49,7 +49,6 @@ from transformer_jax.trained import (EVAL_OVERRIDABLE, checkpoint_config,  # noq
 from transformer_jax.translate import Translator
 
 
-
 @dataclasses.dataclass
 class EvalSet:
   """Aligned source and reference sentences, and their teacher-forcing batches."""
@@ -174,8 +173,7 @@ def evaluate_workdir(workdir: str, *, splits: Sequence[str] = ("test",),
   rows = sharding.batch_parallelism(mesh)
   requested = [dict(split=s) for s in splits] + [dict(files=tuple(f)) for f in files]
   sets = [load_eval_set(config, tok, batch_multiple=rows, **r) for r in requested]  # errors first
-  tag = _settings_tag(overrides) + ensemble_tag(
-      [m["workdir"] for m in members])
+  tag = _settings_tag(overrides) + ensemble_tag([m["workdir"] for m in members])
   reports = []
   for eval_set in sets:
     report, hypotheses = Evaluator(config, tok, mesh, eval_set,
