@@ -22,6 +22,7 @@ import time
 
 from absl import flags
 
+from experiments import battery_record  # noqa: F401 - registers #55's cases after the others
 from experiments.battery_cases import CASES, Run, tiny_flags
 from transformer_jax import errors, markdown
 from transformer_jax.overrides import REPO

@@ -340,6 +340,9 @@ def main(argv):
   base_seeds = (row_runs.parse_seeds(_BASE_SEEDS.value, "--base_seeds")
                 if _BASE_SEEDS.value is not None else None)
   results_dir = os.path.abspath(_RESULTS_DIR.value or results_files.default_results_dir(sweep.name, scale))
+  for flag, folder in (("--out", _OUT.value), ("--results_dir", results_dir)):
+    if folder and os.path.exists(folder) and not os.path.isdir(folder):
+      raise ConfigError(f"{flag}={folder} is a file; it must name a folder")
   rows = sweeps.select_rows(sweep, _ROWS.value)
   runs, protocols = plan(sweep, scale, rows, user_overrides, _BASE_CONFIG.value,
                          _BLEU_SENTENCES.value, seeds, base_seeds, results_dir)

@@ -31,7 +31,7 @@ from typing import Any
 import ml_collections
 
 from transformer_jax.config import ConfigError, did_you_mean
-from transformer_jax.overrides import load_config_file, load_python_file
+from transformer_jax.overrides import load_config_file, load_python_file, split_variant
 
 # The paper's base model (Table 3 row 'base'), the reference rows override.
 PAPER_BASE = {
@@ -235,7 +235,7 @@ def load_sweep(spec: str) -> ml_collections.ConfigDict:
   """Loads 'experiments/table3.py' (or 'file.py:arg') and checks its structure."""
   if not spec:
     raise ConfigError("--sweep is required (e.g. --sweep=experiments/table3.py)")
-  path, _, arg = spec.partition(":")
+  path, arg = split_variant(spec)
   module = load_python_file(path, "sweep file")
   try:
     sweep = module.get_config(arg) if arg else module.get_config()

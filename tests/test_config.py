@@ -99,3 +99,27 @@ def test_multi30k_fast_cpu_variant_changes_only_the_regularisation():
   base, fast = flatten(overrides.load_config_file("configs/multi30k.py")), flatten(fast_config)
   changed = {key: (value, fast[key]) for key, value in base.items() if fast[key] != value}
   assert changed == {"model.dropout_rate": (0.2, 0.3), "train.weight_decay": (0.1, 0.2)}
+
+
+def test_a_colon_in_a_folder_name_is_part_of_the_path(tmp_path):
+  folder = tmp_path / "runs:v2"
+  folder.mkdir()
+  (folder / "cfg.py").write_text("from configs import multi30k\n\n\ndef get_config(variant=''):\n"
+                                 "  return multi30k.get_config(variant) if variant else "
+                                 "multi30k.get_config()\n")
+  path = str(folder / "cfg.py")
+  assert overrides.split_variant(path) == (path, "")
+  assert overrides.split_variant(path + ":short") == (path, "short")
+  assert overrides.split_variant("configs/multi30k.py:short") == ("configs/multi30k.py", "short")
+  assert overrides.load_config_file(path).train.num_steps == overrides.load_config_file(
+      "configs/multi30k.py").train.num_steps
+
+
+@pytest.mark.parametrize("key,value,match", [
+    ("seed", -1, "'seed' must be in"), ("seed", 2**40, "'seed' must be in"),
+    ("decode.alpha", float("nan"), "finite"), ("train.peak_flops", float("inf"), "finite")])
+def test_values_outside_a_fields_domain_are_refused(key, value, match):
+  config = default_config()
+  overrides.apply_overrides(config, {key: value})
+  with pytest.raises(ConfigError, match=match):
+    validate(config)

@@ -300,16 +300,22 @@ def test_unwritable_workdir_is_one_line(tmp_path):
 
 
 def test_non_finite_loss_stops_with_the_step_and_keeps_the_checkpoint(tmp_path, vocab_dir):
+  """Step 1 (from the initial parameters) is finite and saved; a rate of 1e30 makes a later step
+  non-finite, which stops the run before anything of it is saved. (Resuming a good run with that
+  rate is refused before training: another learning rate would change its finished steps.)"""
   run = _workdir(tmp_path, vocab_dir, "nan")
-  assert _run(run, "--config.train.num_steps=2").returncode == 0
-  config_json = open(os.path.join(run, "config.json")).read()
-  result = _run(run, "--config.train.num_steps=40", "--config.train.learning_rate_scale=1e30")
+  result = _run(run, "--config.train.num_steps=40", "--config.train.learning_rate_scale=1e30",
+                "--config.train.checkpoint_every_steps=1")
   last = result.stderr.strip().splitlines()[-1]
   assert result.returncode == 2 and last.startswith("error: non-finite"), result.stderr[-2000:]
   assert "at step" in last and "Traceback" not in result.stderr
   bad_step = int(last.split("at step")[1].split(";")[0])
-  assert all(s < bad_step for s in _steps(run))
-  assert open(os.path.join(run, "config.json")).read() == config_json  # no checkpoint of it
+  assert _steps(run) and all(s < bad_step for s in _steps(run))
+  config_json = open(os.path.join(run, "config.json")).read()
+  again = _run(run, "--config.train.num_steps=40")  # the usual rate on that run: refused
+  last = _last_error(again)
+  assert "config key 'train.learning_rate_scale'" in last and "trained with 1e+30" in last, last
+  assert open(os.path.join(run, "config.json")).read() == config_json
 
 
 def _progress_seconds(workdir, step):

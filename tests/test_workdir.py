@@ -256,10 +256,11 @@ def test_training_time_is_restored_and_older_checkpoints_without_it_still_load(t
     manager.wait_until_finished()
     manager.close()
     reader = checkpoint.make_manager(str(tmp_path / name))
-    restored, restored_step, spent = checkpoint.restore_latest(reader, abstract)
+    restored = checkpoint.restore_latest(reader, abstract)
     reader.close()
-    assert restored_step == 3 and int(restored.step) == 0
-    assert spent == (seconds or 0.0)
+    assert restored.step == 3 and int(restored.state.step) == 0
+    assert restored.train_seconds == (seconds or 0.0)
+    assert restored.config["model"]["d_model"] == config.model.d_model and not restored.quarantined
 
 
 def test_compare_with_a_workdir_picks_its_newest_eval_of_the_same_sentences(tmp_path):

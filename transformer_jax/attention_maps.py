@@ -41,9 +41,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from transformer_jax import checkpoint
 from transformer_jax.config import ModelConfig
 from transformer_jax.model import Transformer
 from transformer_jax.special_ids import EOS_ID
+from transformer_jax.translate import Translator
 
 KINDS = ("encoder_self", "decoder_self", "cross")
 KIND_TITLES = {"encoder_self": "encoder self-attention",
@@ -367,8 +369,6 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--step", type=int, default=None, help="checkpoint step (default newest)")
   parser.add_argument("--average", type=int, default=0, help="average the last k checkpoints")
   args = parser.parse_args(argv)
-  from transformer_jax import checkpoint  # pylint: disable=g-import-not-at-top
-  from transformer_jax.translate import Translator  # pylint: disable=g-import-not-at-top
   translator = Translator.from_workdir(args.workdir, step=args.step, average=args.average)
   if args.average:
     which = f"average of the last {args.average} checkpoints"

@@ -59,6 +59,9 @@ def average_workdir(workdir: str, k: int, step: int | None = None) -> str:
         with contextlib.suppress(OSError):
           os.rmdir(folder)
       raise
+    finally:
+      with contextlib.suppress(Exception):
+        reader.close()  # Orbax's threads stop here, not in callbacks after the error is shown
 
 
 def _write_average(reader, chosen: list[int], out_dir: str, steps: list[int]) -> str:

@@ -17,7 +17,13 @@ saw: the step count, the cool-down, the wall-time limit, and logging/evaluation/
 cadence. The learning-rate schedule of the branch must equal the source's at every step up to S
 (a cool-down may start at S or later). Anything else (a seed, a rate, dropout) is a new run: a
 ConfigError names the key. `WORKDIR/branch.json` records the source and step; the same command
-on the same workdir resumes the branch, and a workdir that is not that branch is refused.
+on the same workdir resumes the branch, and a workdir that is not that branch is refused. A source
+step that cannot be read is refused before anything is copied, and a resume of a branch never
+falls back below its step (branch_step).
+
+The same rule holds for every resume of a workdir (train.py): `check_resume` compares the config
+with the one stored in the checkpoint, refuses a change outside MAY_CHANGE (or of the schedule up
+to the checkpoint's step), and returns the accepted ones, which training records with the step.
 """
 
 from __future__ import annotations
@@ -32,18 +38,74 @@ import ml_collections
 import numpy as np
 
 from transformer_jax import checkpoint, files, schedule, workdir as workdir_lib
-from transformer_jax.config import ConfigError, validate
+from transformer_jax.config import ConfigError, validate, with_defaults
 from transformer_jax.overrides import apply_overrides
 
 MARKER = "branch.json"
 COPIED = ("vocab", "metrics.jsonl", "tb")  # besides checkpoints/S; absent ones are skipped
-# Keys a branch may change: none of them changes steps 0..S (the schedule is checked too).
+# Keys a continuation (a branch, or a resume of the same workdir) may change: none of them changes
+# steps 0..S (the schedule is checked too); everything else is a new run.
 MAY_CHANGE = frozenset((
     "train.num_steps", "train.cooldown_steps", "train.max_train_minutes",
     "train.log_every_steps", "train.eval_every_steps", "train.max_eval_batches",
     "train.eval_bleu_sentences", "train.checkpoint_every_steps", "train.checkpoint_every_minutes",
     "train.keep_checkpoints", "train.progress_bar", "train.peak_flops",
-    "data.data_dir", "data.eval_data_dir", "data.tfds_data_dir"))
+    "train.divergence_warn_factor", "train.profile_steps", "train.profile_after_steps",
+    "train.loss_chunk_positions", "train.unroll_threefry_on_cpu", "model.remat",  # same results
+    "data.data_dir", "data.eval_data_dir", "data.tfds_data_dir", "data.num_workers",
+    "decode.beam_size", "decode.alpha", "decode.max_extra_len", "decode.batch_size",
+    "decode.average_checkpoints", "mesh.data", "mesh.fsdp", "mesh.tensor"))
+
+
+def _flat(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+  out = {}
+  for key, value in tree.items():
+    if isinstance(value, Mapping):
+      out.update(_flat(value, f"{prefix}{key}."))
+    else:
+      out[prefix + key] = value
+  return out
+
+
+def config_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, list]:
+  """{dotted key: [old, new]} for every value that differs between two run configs."""
+  a = _flat(before.to_dict() if hasattr(before, "to_dict") else before)
+  b = _flat(after.to_dict() if hasattr(after, "to_dict") else after)
+  return {k: [a.get(k), b.get(k)] for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
+
+
+def _check_schedule(before, after, step: int, source: str) -> None:
+  """ConfigError unless the learning rate of `after` equals that of `before` at steps 0..step."""
+  steps = np.arange(step + 1)
+  old = np.asarray(schedule.make_schedule(before)(steps))
+  new = np.asarray(schedule.make_schedule(after)(steps))
+  changed = np.flatnonzero(old != new)
+  if changed.size:
+    raise ConfigError(f"train.num_steps={after.train.num_steps}, train.cooldown_steps="
+                      f"{after.train.cooldown_steps}: the learning rate at step {changed[0]} "
+                      f"would differ from {source}'s, before step {step} where this continues it (a "
+                      "cool-down must start at or after it)")
+
+
+def check_resume(saved: Mapping[str, Any], config: ml_collections.ConfigDict, step: int,
+                 workdir: str) -> dict[str, list]:
+  """The changes of a resumed run's config against the one stored with the checkpoint it resumes
+  (step `step`): {key: [old, new]}, each in MAY_CHANGE with the schedule up to `step` unchanged;
+  anything else is a ConfigError naming the key (the finished steps were trained without it)."""
+  saved = with_defaults(saved)
+  changes = config_changes(saved, config)
+  refused = [k for k in changes if k not in MAY_CHANGE]
+  if refused:
+    key, (old, new) = refused[0], changes[refused[0]]
+    more = f" (and {', '.join(refused[1:])})" if len(refused) > 1 else ""
+    raise ConfigError(f"config key '{key}' is {new!r} but the checkpoint at step {step} in "
+                      f"{workdir} was trained with {old!r}{more}; a resume continues that run and "
+                      "may change only the steps, cool-down, wall-time limit, cadence, decoding, "
+                      "mesh and data folders (transformer_jax/branch.py); train other settings in "
+                      "a new --workdir, or --branch_from it")
+  if changes:
+    _check_schedule(saved, config, step, workdir)
+  return changes
 
 
 def branch_config(source: str, step: int, overrides: Mapping[str, Any]
@@ -59,16 +121,18 @@ def branch_config(source: str, step: int, overrides: Mapping[str, Any]
   if config.train.num_steps <= step:
     raise ConfigError(f"train.num_steps={config.train.num_steps}: a branch from step {step} must "
                       "train past it")
-  steps = np.arange(step + 1)
-  before = np.asarray(schedule.make_schedule(source_config)(steps))
-  after = np.asarray(schedule.make_schedule(config)(steps))
-  changed = np.flatnonzero(before != after)
-  if changed.size:
-    raise ConfigError(f"train.num_steps={config.train.num_steps}, train.cooldown_steps="
-                      f"{config.train.cooldown_steps}: the learning rate at step {changed[0]} "
-                      f"would differ from {source}'s, before the branch step {step} (a cool-down "
-                      "must start at or after it)")
+  _check_schedule(source_config, config, step, source)
   return config
+
+
+def branch_step(workdir: str) -> int:
+  """The step a branch workdir started from (its branch.json), or 0 for any other workdir: a
+  resume of a branch never falls back below it."""
+  marker = os.path.join(workdir, MARKER)
+  if files.is_remote(workdir) or not os.path.isfile(marker):
+    return 0
+  with open(marker) as f:
+    return int(json.load(f).get("step", 0))
 
 
 def _marker(source: str, step: int) -> dict:
@@ -105,6 +169,10 @@ def prepare(source: str, step: int, workdir: str, overrides: Mapping[str, Any]
   if os.path.isdir(workdir) and os.listdir(workdir):
     raise ConfigError(f"--workdir={workdir} already holds files and is not a branch; a branch "
                       "needs a new or empty folder (nothing there is overwritten)")
+  try:  # an unreadable step is refused here, not found by the run after "branched ... at step"
+    checkpoint.load_params(checkpoint.checkpoint_dir(source), step)
+  except checkpoint.CheckpointError as e:
+    raise checkpoint.CheckpointError(f"cannot branch from step {step}: {e}") from None
   staging = f"{workdir}.branching-{os.getpid()}"
   shutil.rmtree(staging, ignore_errors=True)
   try:

@@ -10,13 +10,17 @@ Layout: `WORKDIR/checkpoints/<step>/` holds these items:
 Orbax writes each checkpoint to a temporary folder and renames it when complete, so a killed
 save never looks finished. A checkpoint that still fails to load (truncated or corrupted
 files) is moved aside to `WORKDIR/checkpoints/corrupt_<step>_<time>` and the previous one is
-used; nothing is deleted.
+used, with the data iterator back where it was before the failed attempt; nothing is deleted.
+Each checkpoint's 'progress' item also holds the SHA-256 of the run's vocabulary, so that a resume
+with another vocabulary is refused (train.py).
 
 `Saver` is a training run's writer: saves are asynchronous, and a save that fails (a full disk,
 a lost mount) in the foreground or in Orbax's background thread stops the run with one line
 (`SaveError`) naming the step, the folder and the free space; the partial temporary folder is
 removed and the older checkpoints stay. Once the run's first checkpoint is complete it writes
-`WORKDIR/config.json`, so that file always describes a checkpoint that exists.
+`WORKDIR/config.json`, so that file always describes a checkpoint that exists, and for a resumed
+run `WORKDIR/config_changes.jsonl` (record_changes: the config changes and the step they took
+effect).
 """
 
 from __future__ import annotations
@@ -28,26 +32,20 @@ import re
 import sys
 import time
 import warnings
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import ml_collections
 import orbax.checkpoint as ocp
 from absl import logging
 
-from transformer_jax import files
-from transformer_jax.config import ConfigError
+from transformer_jax import distributed, files, quiet, sharding, step as step_lib
+from transformer_jax.config import ConfigError, validate, with_defaults
+from transformer_jax.exceptions import CheckpointError, SaveError  # re-exported here
+from transformer_jax.workdir import free_space
 
 
 TMP_MARKER = ".orbax-checkpoint-tmp"  # in the names of Orbax's unfinished checkpoint folders
-
-
-class CheckpointError(ValueError):
-  """A checkpoint that cannot be used; the message is one line."""
-
-
-class SaveError(CheckpointError):
-  """A checkpoint could not be written; the run stops (one line, exit 2)."""
 
 
 def checkpoint_dir(workdir: str) -> str:
@@ -70,13 +68,14 @@ def make_manager(directory: str, *, keep: int | None = None, async_save: bool = 
 
 
 def save(manager: ocp.CheckpointManager, step: int, state, config: ml_collections.ConfigDict,
-         data_iterator=None, train_seconds: float | None = None) -> None:
+         data_iterator=None, train_seconds: float | None = None, progress: dict | None = None) -> None:
+  """`progress`: more of the 'progress' item (e.g. the vocabulary's hash) beside train_seconds."""
   args = {"state": ocp.args.StandardSave(state), "config": ocp.args.JsonSave(config.to_dict())}
   if data_iterator is not None:
     import grain  # pylint: disable=g-import-not-at-top
     args["data"] = grain.checkpoint.CheckpointSave(data_iterator)
   if train_seconds is not None:
-    args["progress"] = ocp.args.JsonSave({"train_seconds": float(train_seconds)})
+    args["progress"] = ocp.args.JsonSave({**(progress or {}), "train_seconds": float(train_seconds)})
   manager.save(step, args=ocp.args.Composite(**args), force=True)
 
 
@@ -99,29 +98,11 @@ def _steps_on_disk(directory: str) -> list[int]:
     return []
 
 
-class _QuietOrbaxErrors(std_logging.Filter):
-  """Orbax logs a failed save with tracebacks from each of its threads, and asyncio the futures
-  it left behind; Saver reports the failure as one line (SaveError), so those records are dropped
-  unless the log verbosity asks for INFO."""
-
-  def filter(self, record):
-    if logging.get_verbosity() >= logging.INFO:
-      return True
-    orbax = f"{os.sep}orbax{os.sep}" in record.pathname and record.levelno >= std_logging.ERROR
-    orphan = record.name == "asyncio" and "exception was never retrieved" in record.getMessage()
-    return not (orbax or orphan)
-
-
-def _quiet_unraisablehook(previous):
-  """Tensorstore reports (through sys.unraisablehook) each write that completes after a failed
-  save closed its event loop; those are dropped, everything else goes to `previous`."""
-  def hook(unraisable):
-    tb = unraisable.exc_traceback
-    if (unraisable.exc_type is RuntimeError and str(unraisable.exc_value) == "Event loop is closed"
-        and tb is not None and tb.tb_frame.f_code.co_name == "call_soon_threadsafe"):
-      return
-    previous(unraisable)
-  return hook
+def _close_quietly(manager) -> None:
+  try:
+    manager.close()
+  except Exception:  # noqa: BLE001 - closing after a failed read: the read's error is the one shown
+    pass
 
 
 class Saver:
@@ -131,19 +112,21 @@ class Saver:
                workdir: str, data_iterator=None):
     self.manager, self.config, self.workdir = manager, config, workdir
     self.data_iterator = data_iterator
+    self.progress: dict = {}    # saved in each checkpoint's 'progress' item (the vocabulary's hash)
+    self.resumed: tuple[int, dict] | None = None  # (step, config changes) of a resumed run
     self._pending = None        # the step of a save that may still be running
     self._failed = False
     self._config_written = False
-    self._quiet = _QuietOrbaxErrors()
+    self._quiet = quiet.OrbaxErrorFilter()
     for name in ("absl", "asyncio"):
       std_logging.getLogger(name).addFilter(self._quiet)
     self._unraisablehook = sys.unraisablehook
-    sys.unraisablehook = _quiet_unraisablehook(sys.unraisablehook)
+    sys.unraisablehook = quiet.unraisablehook(sys.unraisablehook)
 
   def save(self, step: int, state, train_seconds: float) -> None:
     self.finish()  # the previous save's failure belongs to its own step
     try:
-      save(self.manager, step, state, self.config, self.data_iterator, train_seconds)
+      save(self.manager, step, state, self.config, self.data_iterator, train_seconds, self.progress)
     except Exception as e:  # noqa: BLE001 - any failure to write stops the run in one line
       self._fail(step, e)
     self._pending = step
@@ -165,6 +148,8 @@ class Saver:
     self._pending = None
     if not self._config_written and jax.process_index() == 0:
       write_config_json(self.workdir, self.config)
+      if self.resumed is not None:
+        record_changes(self.workdir, *self.resumed)
     self._config_written = True
 
   def close(self) -> None:
@@ -191,7 +176,6 @@ class Saver:
     warnings.filterwarnings("ignore", "coroutine .* was never awaited", RuntimeWarning)
     directory = str(self.manager.directory)
     _remove_unfinished(directory)
-    from transformer_jax.workdir import free_space  # pylint: disable=g-import-not-at-top
     raise SaveError(f"saving the checkpoint of step {step} to {directory} failed ({_reason(error)}; "
                     f"{free_space(directory)}); {kept_note(directory)}; stopping") from None
 
@@ -258,16 +242,35 @@ def check_compatible(manager: ocp.CheckpointManager, step: int, abstract_state) 
           f"parameter {key}; use another --workdir")
 
 
-def restore_latest(manager: ocp.CheckpointManager, abstract_state, data_iterator=None):
-  """Restores the newest loadable checkpoint: (state, step, train_seconds), or (None, None, 0.0)
-  if there is none.
+class Restored(NamedTuple):
+  """What restore_latest found: the state (None: no loadable checkpoint), its step, the training
+  seconds up to it, the run config stored with it, its 'progress' item, and the steps of the
+  checkpoints it had to move aside as unreadable."""
+  state: Any
+  step: int | None
+  train_seconds: float
+  config: dict | None
+  progress: dict
+  quarantined: tuple[int, ...]
+
+
+def restore_latest(manager: ocp.CheckpointManager, abstract_state, data_iterator=None,
+                   floor: int = 0) -> Restored:
+  """Restores the newest loadable checkpoint at or above step `floor` (a branch's start).
 
   Incompatible checkpoints raise CheckpointError (nothing is touched); unreadable ones are
-  moved aside with a warning and the next older one is tried.
+  moved aside with a warning and the next older one is tried. A failed attempt leaves
+  `data_iterator` where it was (Orbax may have restored its position before another item failed),
+  so a run that falls back, to an older checkpoint or to step 0, reads the data of that step.
+  Nothing loadable at or above a `floor` > 0 is a CheckpointError.
   """
+  initial = data_iterator.get_state() if data_iterator is not None else None
+  quarantined = []
   for step in sorted(manager.all_steps(), reverse=True):
+    if step < floor:
+      break
     check_compatible(manager, step, abstract_state)
-    args = {"state": ocp.args.StandardRestore(abstract_state)}
+    args = {"state": ocp.args.StandardRestore(abstract_state), "config": ocp.args.JsonRestore()}
     if data_iterator is not None:
       import grain  # pylint: disable=g-import-not-at-top
       args["data"] = grain.checkpoint.CheckpointRestore(data_iterator)
@@ -275,24 +278,31 @@ def restore_latest(manager: ocp.CheckpointManager, abstract_state, data_iterator
       args["progress"] = ocp.args.JsonRestore()
     try:
       restored = manager.restore(step, args=ocp.args.Composite(**args))
-      progress = restored["progress"] if "progress" in args else None
-      return restored["state"], step, float((progress or {}).get("train_seconds", 0.0))
+      progress = dict((restored["progress"] if "progress" in args else None) or {})
+      return Restored(restored["state"], step, float(progress.get("train_seconds", 0.0)),
+                      restored["config"], progress, tuple(quarantined))
     except Exception as e:  # noqa: BLE001 - any failure to read means this one is unusable
+      if data_iterator is not None:
+        data_iterator.set_state(initial)  # back to where it was before this attempt
       _quarantine(manager, step, e)
-  return None, None, 0.0
+      quarantined.append(step)
+  if floor > 0:
+    raise CheckpointError(f"no readable checkpoint at or after step {floor} in {manager.directory}"
+                          f" (unreadable ones moved aside: {', '.join(map(str, quarantined)) or 'none'})")
+  return Restored(None, None, 0.0, None, {}, tuple(quarantined))
 
 
 def _quarantine(manager: ocp.CheckpointManager, step: int, error: Exception) -> None:
   src = os.path.join(str(manager.directory), str(step))
   dst = os.path.join(str(manager.directory), f"corrupt_{step}_{int(time.time())}")
+  quiet.failed_reads()
   first_line = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
   logging.warning("checkpoint at step %d cannot be read (%s: %s); moved it to %s and trying the "
                   "previous one", step, type(error).__name__, first_line, dst)
   print(f"warning: checkpoint at step {step} is unreadable ({_reason(error)}); "
-        f"moved aside to {dst}; resuming from the previous one", flush=True)
+        f"moved aside to {dst}; trying the previous one", flush=True)
   if jax.process_index() == 0 and files.isdir(src):
     files.rename(src, dst)
-  from transformer_jax import distributed  # pylint: disable=g-import-not-at-top
   distributed.barrier(f"quarantine_{step}")  # every process sees the rename before reloading
   manager.reload()
 
@@ -303,6 +313,8 @@ def saved_config(directory: str, step: int | None = None) -> tuple[ml_collection
     raise CheckpointError(f"no checkpoints in {directory}: the folder does not exist")
   manager = make_manager(directory, read_only=True, with_data=False)
   steps = manager.all_steps()
+  if not steps or (step is not None and step not in steps):
+    _close_quietly(manager)
   if not steps:
     raise CheckpointError(f"no checkpoints in {directory}")
   step = max(steps) if step is None else step
@@ -313,12 +325,14 @@ def saved_config(directory: str, step: int | None = None) -> tuple[ml_collection
     cfg = manager.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore()))["config"]
   except Exception as e:  # noqa: BLE001
     raise unreadable(directory, step, sorted(steps), e) from None
-  from transformer_jax.config import with_defaults  # pylint: disable=g-import-not-at-top
+  finally:
+    _close_quietly(manager)
   return with_defaults(cfg), step
 
 
 def unreadable(directory: str, step: int, steps: list[int], error: BaseException) -> CheckpointError:
   """The error for a checkpoint that fails to load: the cause, and the other steps to pick."""
+  quiet.failed_reads()
   others = [s for s in steps if s != step]
   if others:
     hint = (f"pick another with --step={others[-1]} (steps: {', '.join(map(str, others))}), or "
@@ -330,10 +344,8 @@ def unreadable(directory: str, step: int, steps: list[int], error: BaseException
 
 def load_params(directory: str, step: int | None = None, mesh=None) -> tuple[Any, ml_collections.ConfigDict, int]:
   """(params, run config, step) of a checkpoint, for evaluation and translation."""
-  from transformer_jax import sharding, step as step_lib  # pylint: disable=g-import-not-at-top
   config, step = saved_config(directory, step)
   try:
-    from transformer_jax.config import validate  # pylint: disable=g-import-not-at-top
     validate(config)
   except ConfigError as e:
     raise CheckpointError(f"checkpoint {directory}/{step} holds an invalid config: {e}") from None
@@ -344,7 +356,29 @@ def load_params(directory: str, step: int | None = None, mesh=None) -> tuple[Any
     state = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))["state"]
   except Exception as e:  # noqa: BLE001
     raise unreadable(directory, step, sorted(manager.all_steps()), e) from None
+  finally:
+    _close_quietly(manager)
   return state.params, config, step
+
+
+CHANGES_FILE = "config_changes.jsonl"
+
+
+def record_changes(workdir: str, step: int, changes: dict) -> None:
+  """WORKDIR/config_changes.jsonl: one line per resume that changed the config, {"step": S,
+  "changes": {key: [old, new]}, "date": ...}, the change in effect from step S + 1 on. Lines of
+  steps at or past S (of checkpoints that a fallback left behind) are dropped first, so the file
+  describes the steps behind the checkpoints, as metrics.jsonl does."""
+  path = files.join(workdir, CHANGES_FILE)
+  lines = files.read_text(path).splitlines() if files.exists(path) else []
+  kept = [line for line in lines if line.strip() and json.loads(line).get("step", 0) < step]
+  if changes:
+    now = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    kept.append(json.dumps({"step": step, "changes": changes, "date": now}, default=str))
+  if kept and kept != lines:
+    files.write_text(path, "".join(line + "\n" for line in kept))
+  elif lines and not kept:
+    files.remove(path)
 
 
 def write_config_json(workdir: str, config: ml_collections.ConfigDict) -> None:

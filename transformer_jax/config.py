@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import os
 from typing import Any, Mapping
 
 import ml_collections
+
+from transformer_jax.exceptions import ConfigError  # re-exported: config.ConfigError
 
 PE_TYPES = ("sinusoidal", "learned")
 ATTENTION_IMPLS = ("einsum", "dot_product_attention", "cudnn")
@@ -26,15 +29,12 @@ VOCAB_TYPES = ("bpe", "unigram")
 BATCH_MODES = ("bucket", "pack")
 RNG_IMPLS = ("threefry2x32", "rbg", "unsafe_rbg")
 DATA_DIR_ENV = "TRANSFORMER_JAX_DATA_DIR"
+MAX_SEED = 2**31 - 1  # seeds numpy, grain and jax.random alike
 # Model dimensions split over a mesh axis, as transformer_jax/sharding.py's LOGICAL_RULES place
 # them: 'heads', 'mlp' and 'vocab' over 'tensor', 'embed' over 'fsdp'. d_k and d_v ('kv') and
 # max_len ('pos') are never split; batch rows ('batch') are padded at run time.
 SHARDED_DIMS = (("tensor", "tensor-parallel", ("num_heads", "d_ff", "vocab_size")),
                 ("fsdp", "FSDP", ("d_model",)))
-
-
-class ConfigError(ValueError):
-  """A user mistake in the configuration; the message is one line naming the key."""
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -255,6 +255,8 @@ def _check_keys(cfg, schema, prefix=""):
         ok = isinstance(ref, bool)
       if not ok:
         raise ConfigError(f"config key '{prefix}{key}' must be {type(ref).__name__}, got {value!r}")
+      if isinstance(value, float) and not math.isfinite(value):  # nan, inf: no key means them
+        raise ConfigError(f"config key '{prefix}{key}' must be a finite number, got {value!r}")
 
 
 def with_defaults(saved: Mapping[str, Any]) -> ml_collections.ConfigDict:
@@ -276,6 +278,8 @@ def with_defaults(saved: Mapping[str, Any]) -> ml_collections.ConfigDict:
 def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """Checks a run config against the schema; raises ConfigError naming the first bad key."""
   _check_keys(config, default_config())
+  if not 0 <= config.seed <= MAX_SEED:
+    raise ConfigError(f"config key 'seed' must be in [0, {MAX_SEED}], got {config.seed}")
   model = ModelConfig.from_config(config.model)  # runs the model checks
   d, t, dc = config.data, config.train, config.decode
   _choice("data.", "vocab_type", d.vocab_type, VOCAB_TYPES)

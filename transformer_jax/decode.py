@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from transformer_jax import beam_search
+from transformer_jax import beam_search, sharding
 from transformer_jax.config import ModelConfig
 from transformer_jax.model import Transformer, unstack_layers
 from transformer_jax.special_ids import EOS_ID, PAD_ID
@@ -140,7 +140,6 @@ def sharded_beam_decode(model_cfg: Models, beam_size: int, alpha: float, max_ext
   """`beam_decode` for batches split over the mesh's data-parallel axes: each device searches its
   own sentences (parameters as placed, weights gathered per sharding.INFERENCE_RULES); the
   result is replicated, so every process reads all of it."""
-  from transformer_jax import sharding  # pylint: disable=g-import-not-at-top
   fn = jax.jit(functools.partial(beam_decode, model_cfg, beam_size=beam_size, alpha=alpha,
                                  max_extra_len=max_extra_len),
                out_shardings=sharding.replicated(mesh))

@@ -9,25 +9,25 @@ and keeps its traceback.
 from __future__ import annotations
 
 import sys
+import warnings
 from typing import Callable
 
 from absl import app, flags, logging
+
+from transformer_jax.exceptions import USER_ERRORS
+from transformer_jax.overrides import split_override_args
 
 # The --config.KEY=VALUE arguments of this process's command line (set by parse_flags).
 OVERRIDE_ARGS: list[str] = []
 
 
 def user_errors() -> tuple[type[Exception], ...]:
-  from transformer_jax.checkpoint import CheckpointError  # pylint: disable=g-import-not-at-top
-  from transformer_jax.config import ConfigError  # pylint: disable=g-import-not-at-top
-  from transformer_jax.train import TrainingError  # pylint: disable=g-import-not-at-top
-  return (ConfigError, CheckpointError, TrainingError)  # DataError is a ConfigError
+  return USER_ERRORS  # transformer_jax/exceptions.py; DataError is a ConfigError
 
 
 def parse_flags(argv: list[str]) -> list[str]:
   """absl flag parsing with the overrides taken out first (into OVERRIDE_ARGS) and a flag
   mistake reported as one line `error: ...`, exit status 2."""
-  from transformer_jax.overrides import split_override_args  # pylint: disable=g-import-not-at-top
   overrides, rest = split_override_args(argv[1:])
   OVERRIDE_ARGS[:] = overrides
   try:
@@ -48,10 +48,11 @@ def run(main: Callable[[list[str]], None], verbosity: int = logging.ERROR) -> No
     except user_errors() as e:
       print(f"error: {e}", file=sys.stderr)
       sys.exit(2)
+    except KeyboardInterrupt:  # Ctrl-C outside training's loop, or a second one inside it
+      # What was interrupted (an Orbax save, say) may leave coroutines never awaited; their
+      # warnings at exit would bury the line. An unfinished save is a temporary folder that
+      # the next run removes.
+      warnings.filterwarnings("ignore", "coroutine .* was never awaited", RuntimeWarning)
+      print("error: interrupted (Ctrl-C)", file=sys.stderr)
+      sys.exit(130)
   app.run(guarded, flags_parser=parse_flags)
-
-
-def __getattr__(name: str):
-  if name == "USER_ERRORS":  # imported lazily: the error types live in modules that import jax
-    return user_errors()
-  raise AttributeError(name)

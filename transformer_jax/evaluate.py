@@ -39,13 +39,14 @@ from typing import Sequence
 import jax
 import ml_collections
 
-from transformer_jax import attention, bleu, files as files_lib, checkpoint, markdown, sharding, step as step_lib
+from transformer_jax import bleu, files as files_lib, markdown, sharding, step as step_lib
 from transformer_jax import workdir as workdir_lib
-from transformer_jax.config import ConfigError, ModelConfig, validate
-from transformer_jax.overrides import apply_overrides, parse_overrides
-
-# Config sections an evaluation may override on top of the checkpoint's config.
-EVAL_OVERRIDABLE = ("decode", "data", "mesh")
+from transformer_jax.config import ConfigError, ModelConfig
+from transformer_jax.data import pipeline, sources as sources_lib, tokenizer as tok_lib
+from transformer_jax.files import read_lines
+from transformer_jax.trained import (EVAL_OVERRIDABLE, checkpoint_config,  # noqa: F401 (re-exported)
+                                     ensemble_members)
+from transformer_jax.translate import Translator
 
 
 @dataclasses.dataclass
@@ -63,7 +64,6 @@ def load_eval_set(config, tok, *, split: str | None = None, files: tuple[str, ..
                   batch_multiple: int = 1) -> EvalSet:
   """A configured split, or (source_file, reference_file[, tokenized_reference_file]) of any
   parallel text; a tokenized reference file is what the paper's BLEU scores against."""
-  from transformer_jax.data import pipeline, sources as sources_lib  # pylint: disable=g-import-not-at-top
   common = dict(batch_multiple=batch_multiple, process_index=jax.process_index(),
                 process_count=jax.process_count())
   if files is not None:
@@ -107,7 +107,6 @@ class Evaluator:
     report = self._teacher_forced(params, max_batches)
     hypotheses: list[str] = []
     if bleu_sentences is not None:
-      from transformer_jax.translate import Translator  # pylint: disable=g-import-not-at-top
       n = bleu_sentences or len(self.eval_set.sources)
       sources, references = self.eval_set.sources[:n], self.eval_set.references[:n]
       decode_start = time.time()
@@ -138,56 +137,6 @@ class Evaluator:
             "perplexity": math.exp(min(nll, 50.0)), "tokens": totals["tokens"]}
 
 
-def checkpoint_config(workdir: str, override_args: Sequence[str] = (), *, average: int = 0,
-                      step: int | None = None):
-  """(params, config, step, checkpoint folder): a checkpoint (or the average of the last
-  `average`) with the user's evaluation overrides applied to its config and validated."""
-  overrides = parse_overrides(override_args)
-  for key in overrides:
-    section = key.split(".")[0]
-    if section not in EVAL_OVERRIDABLE:
-      raise ConfigError(f"--config.{key} cannot change a trained model's evaluation; only "
-                        f"{', '.join(s + '.*' for s in EVAL_OVERRIDABLE)} may be overridden here")
-  if average:
-    from transformer_jax import averaging  # pylint: disable=g-import-not-at-top
-    directory = averaging.average_workdir(workdir, average, step=step)  # holds `step` too
-  else:
-    directory = checkpoint.checkpoint_dir(workdir)
-  params, config, step = checkpoint.load_params(directory, step)
-  config = ml_collections.ConfigDict(config.to_dict())
-  apply_overrides(config, overrides)
-  validate(config)
-  attention.check_backend(ModelConfig.from_config(config.model))
-  return params, config, step, overrides
-
-
-def ensemble_members(workdir: str, others: Sequence[str], *, average: int = 0,
-                     step: int | None = None) -> list[dict]:
-  """The models of the `others` workdirs that decode together with WORKDIR's (`--ensemble`):
-  each one's newest checkpoint, or the average of its last `average`, as {workdir, step,
-  averaged_checkpoints, model (ModelConfig), params}. Their vocabularies must be WORKDIR's, byte
-  for byte (train the members from one copied vocab/)."""
-  if not others:
-    return []
-  if step is not None:
-    raise ConfigError("--step picks one run's checkpoint; with --ensemble every run uses its "
-                      "newest (or the average of its last --average)")
-  from transformer_jax.data import tokenizer as tok_lib  # pylint: disable=g-import-not-at-top
-  mine = tok_lib.vocab_path(workdir)
-  members = []
-  for other in others:
-    other = files_lib.resolve(other)
-    theirs = tok_lib.vocab_path(other)
-    if not files_lib.exists(theirs) or files_lib.read_bytes(theirs) != files_lib.read_bytes(mine):
-      raise ConfigError(f"--ensemble={other}: its vocabulary {theirs} is not the one in {mine}; "
-                        "ensemble members share one vocabulary (copy one run's vocab/ into each "
-                        "workdir before training)")
-    params, config, other_step, _ = checkpoint_config(other, average=average)
-    members.append(dict(workdir=other, step=other_step, averaged_checkpoints=average,
-                        model=ModelConfig.from_config(config.model), params=params))
-  return members
-
-
 def ensemble_tag(workdirs: Sequence[str]) -> str:
   """'_ensemble-s1-3fa2c1' for the other members' (resolved) workdirs: their folder names and a
   hash of their full paths, so that two ensembles of like-named runs never overwrite each
@@ -206,8 +155,16 @@ def evaluate_workdir(workdir: str, *, splits: Sequence[str] = ("test",),
   """`--mode=eval`: evaluates a workdir's checkpoint (with `ensemble`: together with other
   workdirs' models, ensemble_members) on each split and each (source, reference[, tokenized
   reference]) set of files; returns the reports (also written to WORKDIR/eval/)."""
-  from transformer_jax.data import tokenizer as tok_lib  # pylint: disable=g-import-not-at-top
   asked_step = step
+  if bleu_sentences < 0:
+    raise ConfigError(f"--bleu_sentences={bleu_sentences}: expected 0 (all) or a positive count")
+  workdir = files_lib.resolve(workdir)
+  if jax.process_index() == 0:  # where the reports go, checked before anything is decoded
+    eval_dir = files_lib.join(workdir, workdir_lib.EVAL_FOLDER)
+    where = eval_dir if files_lib.isdir(eval_dir) else workdir  # created when the first is written
+    reason = files_lib.cannot_write_in(where) if files_lib.isdir(workdir) else None
+    if reason:
+      raise ConfigError(f"cannot write the reports to {eval_dir} ({reason}); nothing was evaluated")
   params, config, step, overrides = checkpoint_config(workdir, override_args, average=average,
                                                       step=step)
   tok = tok_lib.load_tokenizer(workdir)  # never trains one: a workdir without vocab/ is an error
@@ -216,8 +173,7 @@ def evaluate_workdir(workdir: str, *, splits: Sequence[str] = ("test",),
   rows = sharding.batch_parallelism(mesh)
   requested = [dict(split=s) for s in splits] + [dict(files=tuple(f)) for f in files]
   sets = [load_eval_set(config, tok, batch_multiple=rows, **r) for r in requested]  # errors first
-  workdir, tag = files_lib.resolve(workdir), _settings_tag(overrides) + ensemble_tag(
-      [m["workdir"] for m in members])
+  tag = _settings_tag(overrides) + ensemble_tag([m["workdir"] for m in members])
   reports = []
   for eval_set in sets:
     report, hypotheses = Evaluator(config, tok, mesh, eval_set,
@@ -288,7 +244,6 @@ def _comparison_hypotheses(path: str, set_name: str, count: int) -> list[str]:
   """The other system's translations: a hypotheses file (one per line), an eval report (.json,
   its .txt beside it), or a workdir (its newest eval of the same set with as many sentences as
   translated here: a `--bleu_sentences=n` report is chosen only when n sentences were)."""
-  from transformer_jax.translate import read_lines  # pylint: disable=g-import-not-at-top
   if os.path.isdir(path):
     folder = os.path.join(path, workdir_lib.EVAL_FOLDER)
     found = sorted((f for f in (os.listdir(folder) if os.path.isdir(folder) else [])

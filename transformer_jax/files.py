@@ -13,9 +13,11 @@ deletes. Callers that need more (the workdir lock) check `is_remote` and say wha
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import socket
+import sys
 import threading
 
 from transformer_jax.config import ConfigError
@@ -155,3 +157,56 @@ def append_lines(path: str, lines: list[str]) -> None:
     return
   with open(path, "a") as f:
     f.write(text)
+
+
+def sha256(path: str) -> str:
+  """The SHA-256 of a file's bytes (hex)."""
+  return hashlib.sha256(read_bytes(path)).hexdigest()
+
+
+def read_lines(path: str) -> list[str]:
+  """UTF-8 lines of a file or stdin ('-'); a bad byte is an error naming the line."""
+  stream = sys.stdin.buffer if path == "-" else None
+  if stream is None and not os.path.isfile(path):
+    raise ConfigError(f"input file {path} does not exist")
+  name = "stdin" if path == "-" else path
+  lines = []
+  with (stream if stream is not None else open(path, "rb")) as f:
+    for n, raw in enumerate(f, start=1):
+      try:
+        lines.append(raw.decode("utf-8").rstrip("\r\n"))
+      except UnicodeDecodeError as e:
+        raise ConfigError(f"{name} line {n} is not valid UTF-8 (byte {e.start})") from None
+  return lines
+
+
+def cannot_write_in(folder: str) -> str | None:
+  """Why no file can be created in the local `folder` (e.g. 'Read-only file system'), or None;
+  tried with a file created and removed at once. Object stores: None."""
+  if is_remote(folder):
+    return None
+  if not os.path.isdir(folder):
+    return "no such folder"
+  probe = os.path.join(folder, f".write-check-{os.getpid()}-{threading.get_ident()}")
+  try:
+    with open(probe, "w"):
+      pass
+    os.remove(probe)
+  except OSError as e:
+    return e.strerror or str(e)
+  return None
+
+
+def check_writable(path: str, what: str) -> None:
+  """A one-line ConfigError unless a file can be written at `path` (its folder exists and takes
+  a file): checked before the work whose results go there, never after it."""
+  if is_remote(path) or path == "-":
+    return
+  folder = os.path.dirname(os.path.abspath(path)) or "."
+  if os.path.isdir(path):
+    raise ConfigError(f"{what} {path} is a folder; name a file")
+  if not os.path.isdir(folder):
+    raise ConfigError(f"{what} {path}: the folder {folder} does not exist; create it first")
+  reason = cannot_write_in(folder)
+  if reason:
+    raise ConfigError(f"{what} {path}: cannot write in {folder} ({reason})")

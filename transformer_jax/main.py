@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from absl import flags
 
-from transformer_jax import errors
+from transformer_jax import config as config_lib, errors, files as files_lib, host_memory
+from transformer_jax import overrides as overrides_lib
 
 _CONFIG = flags.DEFINE_string("config", None, "Run config file for training, e.g. "
                               "configs/multi30k.py, configs/multi30k.py:short or "
@@ -40,17 +41,20 @@ _TOKENIZED_REFERENCE = flags.DEFINE_multi_string(
     "tokenized_reference", [], "Eval: an already tokenized reference file per --source (e.g. "
     "t2t's newstest2013.tok.de): the paper's tokenized BLEU scores against it, as get_ende_bleu.sh.")
 _BLEU_SENTENCES = flags.DEFINE_integer("bleu_sentences", 0, "Eval: translate only the first N "
-                                       "sentences of each set (0: all); perplexity uses all.")
+                                       "sentences of each set (0: all); perplexity uses all.",
+                                       lower_bound=0)
 _COMPARE = flags.DEFINE_string("compare", "", "Eval: another system (a workdir, an eval .json or "
                                "a hypotheses file): paired bootstrap p-values for BLEU and chrF.")
 _ENSEMBLE = flags.DEFINE_list("ensemble", [], "Eval/translate: other workdirs (comma separated) "
                               "whose models decode together with --workdir's, their next-token "
                               "probabilities averaged; trained from one copied vocab/; each "
                               "uses its newest checkpoint or the average of its last --average.")
-_AVERAGE = flags.DEFINE_integer("average", 0, "Average the last K checkpoints (eval/translate/average).")
+_AVERAGE = flags.DEFINE_integer("average", None, "Average the last K checkpoints "
+                                "(eval/translate: default 0, none; --mode=average: default 5).",
+                                lower_bound=0)
 _STEP = flags.DEFINE_integer("step", None, "Checkpoint step to use (default: the newest); with "
                              "--average, the newest of the averaged ones; with --branch_from, "
-                             "the source's checkpoint the branch starts from.")
+                             "the source's checkpoint the branch starts from.", lower_bound=0)
 _BRANCH_FROM = flags.DEFINE_string("branch_from", None, "Train: continue this workdir's checkpoint "
                                    "--step in --workdir (a new folder) with its config; "
                                    "--config.* may change only steps, cool-down and cadence "
@@ -64,19 +68,28 @@ _PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index in 
 
 
 def main(argv):
-  from transformer_jax import config as config_lib, distributed  # pylint: disable=g-import-not-at-top
-  from transformer_jax import files as files_lib, overrides as overrides_lib  # pylint: disable=g-import-not-at-top
+  # Imported here, not above: they import jax, and the entry point re-executes itself with its
+  # malloc settings (host_memory) before jax is loaded.
+  from transformer_jax import distributed  # pylint: disable=g-import-not-at-top
+  mode, overrides = _MODE.value, errors.OVERRIDE_ARGS
   if len(argv) > 1:
     raise config_lib.ConfigError(f"unexpected arguments: {' '.join(argv[1:])}")
   if _WORKDIR.value is None:
     raise config_lib.ConfigError("--workdir is required")
-  mode, overrides = _MODE.value, errors.OVERRIDE_ARGS
+  for flag in (_WORKDIR, _BRANCH_FROM, _CONFIG, _INPUT, _OUTPUT):  # '--workdir=$UNSET'
+    if flag.value is not None and not flag.value.strip():
+      raise config_lib.ConfigError(f"--{flag.name} is empty (an unset shell variable?); give a path")
+  if mode == "average" and _AVERAGE.value == 0:
+    raise config_lib.ConfigError("--average=0: --mode=average needs K >= 1 checkpoints (default 5)")
+  average = _AVERAGE.value if _AVERAGE.value is not None else (5 if mode == "average" else 0)
   workdir = files_lib.resolve(_WORKDIR.value)  # gs:// stays a URL; its package is checked now
   if mode not in ("train", "vocab") and _CONFIG.value:
     raise config_lib.ConfigError(f"--config is for --mode=train or vocab; --mode={mode} uses the "
                                  "checkpoint's config (override decode settings with --config.decode.*)")
   if _ENSEMBLE.value and mode not in ("eval", "translate"):
     raise config_lib.ConfigError(f"--ensemble is for --mode=eval or translate, not --mode={mode}")
+  distributed.enable_compilation_cache()
+  distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   if _BRANCH_FROM.value is not None:
     if mode != "train" or _CONFIG.value or _STEP.value is None:
       raise config_lib.ConfigError("--branch_from is for --mode=train, with --step and without "
@@ -91,8 +104,6 @@ def main(argv):
     if _CONFIG.value is None:
       raise config_lib.ConfigError(f"--config is required for --mode={mode}")
     config = overrides_lib.load(_CONFIG.value, overrides)
-  distributed.enable_compilation_cache()
-  distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   if mode in ("train", "vocab"):
     from transformer_jax import train  # pylint: disable=g-import-not-at-top
     if mode == "train":
@@ -101,7 +112,7 @@ def main(argv):
       print(f"vocabulary in {train.prepare_vocabulary(config, workdir)}")
   elif mode == "average":
     from transformer_jax import averaging  # pylint: disable=g-import-not-at-top
-    out = averaging.average_workdir(workdir, _AVERAGE.value or 5, step=_STEP.value)
+    out = averaging.average_workdir(workdir, average, step=_STEP.value)
     print(f"averaged checkpoints written to {out}")
   elif mode == "eval":
     if len(_SOURCE.value) != len(_REFERENCE.value):
@@ -119,17 +130,16 @@ def main(argv):
     from transformer_jax import evaluate  # pylint: disable=g-import-not-at-top
     files = list(zip(_SOURCE.value, _REFERENCE.value, tokenized or [""] * len(_SOURCE.value)))
     evaluate.evaluate_workdir(workdir, splits=splits, files=files,
-                              average=_AVERAGE.value, step=_STEP.value, override_args=overrides,
+                              average=average, step=_STEP.value, override_args=overrides,
                               bleu_sentences=_BLEU_SENTENCES.value, compare=_COMPARE.value,
                               ensemble=_ENSEMBLE.value)
   else:
     from transformer_jax import translate  # pylint: disable=g-import-not-at-top
     translate.translate_files(workdir, _INPUT.value, _OUTPUT.value, step=_STEP.value,
-                              average=_AVERAGE.value, override_args=overrides,
+                              average=average, override_args=overrides,
                               ensemble=_ENSEMBLE.value)
 
 
 if __name__ == "__main__":
-  from transformer_jax import host_memory  # pylint: disable=g-import-not-at-top
   host_memory.reexec_with_malloc_settings()  # before jax starts: no page faults per step on CPU
   errors.run(main)

@@ -9,6 +9,7 @@ each mistake one ConfigError line naming the file, line or key.
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import re
 import sys
@@ -29,7 +30,7 @@ def load_config_file(spec: str) -> ml_collections.ConfigDict:
   A missing file, a file that does not import, one without get_config(), or a get_config() that
   raises (e.g. an unknown variant) is a ConfigError naming the file and the reason.
   """
-  path, _, arg = spec.partition(":")
+  path, arg = split_variant(spec)
   module = load_python_file(path, "config file")
   try:
     config = module.get_config(arg) if arg else module.get_config()
@@ -43,10 +44,26 @@ def load_config_file(spec: str) -> ml_collections.ConfigDict:
   return config
 
 
+def split_variant(spec: str) -> tuple[str, str]:
+  """('configs/multi30k.py', 'short') from 'configs/multi30k.py:short': the variant is what
+  follows the last ':' after the file name (a ':' in a folder's name stays in the path), and
+  there is none when `spec` itself names a file."""
+  if _find(spec) is not None:
+    return spec, ""
+  path, colon, arg = spec.rpartition(":")
+  if not colon or "/" in arg or os.sep in arg:
+    return spec, ""
+  return path, arg
+
+
+def _find(path: str) -> str | None:
+  return next((p for p in ([path] if os.path.isabs(path) else [path, os.path.join(REPO, path)])
+               if os.path.isfile(p)), None)
+
+
 def load_python_file(path: str, what: str):
   """Imports a user's Python file (a run config, a sweep) with one-line errors naming it."""
-  found = next((p for p in ([path] if os.path.isabs(path) else [path, os.path.join(REPO, path)])
-                if os.path.isfile(p)), None)
+  found = _find(path)
   if found is None:
     raise ConfigError(f"{what} {path} not found")
   if REPO not in sys.path:
@@ -109,9 +126,13 @@ def parse_value(key: str, text: str):
     if isinstance(ref, int):
       return int(text)
     if isinstance(ref, float):
-      return float(text)
+      value = float(text)
   except ValueError:
     raise ConfigError(f"config key '{key}' must be {type(ref).__name__}, got {text!r}") from None
+  if isinstance(ref, float):
+    if not math.isfinite(value):  # 'nan', 'inf': no key means them
+      raise ConfigError(f"config key '{key}' must be a finite number, got {text!r}")
+    return value
   return text
 
 

@@ -34,6 +34,7 @@ from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 from transformer_jax.config import ConfigError, ModelConfig, check_sharded_dims
+from transformer_jax.model import Transformer
 
 MESH_AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")  # batch rows are split over both data-parallel axes
@@ -221,7 +222,6 @@ def global_batch(mesh: Mesh, local_batch: dict) -> dict:
 
 @functools.lru_cache(maxsize=16)
 def _abstract_params(model_cfg):
-  from transformer_jax.model import Transformer  # pylint: disable=g-import-not-at-top
   ids_1x8 = jax.ShapeDtypeStruct((1, 8), np.int32)
   init = Transformer(model_cfg).init
   return jax.eval_shape(lambda rng, ids: init(rng, ids, ids)["params"], jax.random.key(0), ids_1x8)
@@ -235,7 +235,6 @@ def param_shardings(config: ml_collections.ConfigDict, mesh: Mesh, *, inference:
   replicated over data and fsdp, still split over tensor). The training state's `params` have
   the same shardings as `inference=False`.
   """
-  from transformer_jax.config import ModelConfig  # pylint: disable=g-import-not-at-top
   boxed = _abstract_params(ModelConfig.from_config(config.model))
   shardings = logical_shardings(mesh, boxed, INFERENCE_RULES if inference else LOGICAL_RULES)
   abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),

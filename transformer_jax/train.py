@@ -10,12 +10,18 @@ second run on it stops at once with one line naming the holder.
 
 Resumption: the same command on the same workdir continues from the newest good checkpoint;
 on CPU in float32 the result equals an uninterrupted run bit for bit (same batches, and dropout
-masks that depend only on (seed, step)). The logs follow the checkpoints: a resumed run drops
+masks that depend only on (seed, step)). A resume continues the checkpoint's run: the same
+vocabulary (its SHA-256 is in each checkpoint) and a config that changes only what the finished
+steps never saw (branch.check_resume); the accepted changes are printed and recorded with their
+step in `config_changes.jsonl`. When no checkpoint can be read the run starts again from step 0,
+with step 0's data (checkpoint.restore_latest rewinds the iterator after each failed attempt) and
+the old logs renamed aside. The logs follow the checkpoints: a resumed run drops
 the metric lines and TensorBoard events past the restored step, `config.json` is written once
 the run's first checkpoint is complete, and `train.max_train_minutes` counts the training time
 of every run on the workdir (stored in each checkpoint).
 
-Stops: SIGTERM (preemption) writes a checkpoint of the current step and exits 0. A non-finite
+Stops: SIGTERM (preemption) and a first Ctrl-C write a checkpoint of the current step and exit 0
+(a second Ctrl-C stops at once). A non-finite
 loss or gradient norm stops the run naming the step, before anything from that state is saved
 (the last good checkpoint stays); a loss above `train.divergence_warn_factor` times the lowest
 so far warns once. A checkpoint that cannot be written (checkpoint.SaveError) or any other file
@@ -34,9 +40,12 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from transformer_jax import attention, checkpoint, distributed, evaluate as evaluate_lib, sharding
+from transformer_jax import attention, branch, checkpoint, distributed, evaluate as evaluate_lib
+from transformer_jax import files, sharding
 from transformer_jax import matmul, step as step_lib, workdir as workdir_lib
 from transformer_jax.config import ConfigError, ModelConfig, validate
+from transformer_jax.data import pipeline, tokenizer
+from transformer_jax.exceptions import TrainingError  # re-exported: train.TrainingError
 from transformer_jax.metrics import (MetricsWriter, ProfileWindow, Progress, measure_peak_flops,
                                      mfu, train_flops)
 
@@ -47,29 +56,37 @@ DEV_METRICS = (("loss", "loss"), ("nll", "nll"), ("perplexity", "perplexity"),
                ("bleu_tokenized", "tokenized_bleu"))
 
 
-class TrainingError(RuntimeError):
-  """The run cannot go on (e.g. a non-finite loss); the message is one line."""
-
-
 class _Preemption:
-  """Turns SIGTERM into a flag the loop checks after each step."""
+  """Turns SIGTERM (preemption) and a first Ctrl-C (SIGINT) into a flag the loop checks after each
+  step: the run saves a checkpoint of that step and exits 0. A second Ctrl-C stops at once
+  (KeyboardInterrupt: one line, errors.run)."""
 
-  def __init__(self):
-    self.requested = False
-    self._previous = None
+  SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+  def __init__(self, write=print):
+    self.requested = None  # the name of the signal received
+    self._previous = {}
+    self._write = write
 
   def __enter__(self):
     def handler(signum, frame):  # pylint: disable=unused-argument
-      self.requested = True
+      if self.requested == "SIGINT" and signum == signal.SIGINT:
+        raise KeyboardInterrupt  # the second Ctrl-C
+      if self.requested is None:
+        self.requested = signal.Signals(signum).name
+        if signum == signal.SIGINT:
+          self._write("Ctrl-C: saving a checkpoint after this step (Ctrl-C again to stop at once, "
+                      "without it)")
     try:
-      self._previous = signal.signal(signal.SIGTERM, handler)
+      for sig in self.SIGNALS:
+        self._previous[sig] = signal.signal(sig, handler)
     except ValueError:  # not the main thread: no handler, no preemption support
-      self._previous = None
+      self._previous = {}
     return self
 
   def __exit__(self, *exc):
-    if self._previous is not None:
-      signal.signal(signal.SIGTERM, self._previous)
+    for sig, previous in self._previous.items():
+      signal.signal(sig, previous)
 
 
 class _Window:
@@ -141,7 +158,6 @@ def prepare_vocabulary(config: ml_collections.ConfigDict, workdir: str) -> str:
   training run's start would (or the one already there), under the workdir's lock; returns its
   path. A sweep trains the one vocabulary its runs share this way before they start side by
   side (experiments/run.py)."""
-  from transformer_jax.data import tokenizer  # pylint: disable=g-import-not-at-top
   validate(config)
   with workdir_lib.claim(workdir, "training the vocabulary") as workdir:
     distributed.process_zero_first("vocab",
@@ -151,7 +167,6 @@ def prepare_vocabulary(config: ml_collections.ConfigDict, workdir: str) -> str:
 
 def _train(config, workdir, saver, mesh) -> dict:
   """The body of train_and_evaluate, once the workdir is held."""
-  from transformer_jax.data import pipeline, tokenizer  # pylint: disable=g-import-not-at-top
   t_cfg, manager = config.train, saver.manager
   model_cfg = ModelConfig.from_config(config.model)
   abstract_state, state_sh = step_lib.state_shardings(config, mesh)
@@ -170,13 +185,19 @@ def _train(config, workdir, saver, mesh) -> dict:
       process_count=jax.process_count())
   dev_set = evaluate_lib.load_eval_set(config, tok, split="validation", batch_multiple=rows_multiple)
 
-  state, start_step, spent = checkpoint.restore_latest(manager, abstract_state, train_iter)
+  saver.progress = {"vocab_sha256": files.sha256(tokenizer.vocab_path(workdir))}
+  restored = checkpoint.restore_latest(manager, abstract_state, train_iter,
+                                       floor=branch.branch_step(workdir))
+  state, start_step, spent = restored.state, restored.step, restored.train_seconds
   budget = t_cfg.max_train_minutes * 60.0
   minutes_left = (budget - spent) / 60.0 if budget else 0.0  # 0: no limit
   if state is None:
     state, start_step = step_lib.create_state(config, mesh), 0
     logging.info("starting a new run in %s", workdir)
+    if restored.quarantined:
+      _set_aside_logs(workdir, restored.quarantined)
   else:
+    _check_resume(restored, config, workdir, saver)
     left = (f" ({minutes_left:.2f} of train.max_train_minutes={budget / 60:.2f} left)"
             if budget and spent < budget else "")
     print(f"resuming from the checkpoint at step {start_step} in {workdir}{left}", flush=True)
@@ -204,7 +225,7 @@ def _train(config, workdir, saver, mesh) -> dict:
       window.add(pending, step_num)
       pending = None
 
-  with (_Preemption() as preemption, contextlib.closing(writer), contextlib.closing(bar),
+  with (_Preemption(bar.write) as preemption, contextlib.closing(writer), contextlib.closing(bar),
         contextlib.closing(profile)):
     while step_num < t_cfg.num_steps:
       profile.before_step(step_num)
@@ -222,7 +243,7 @@ def _train(config, workdir, saver, mesh) -> dict:
       saver.poll()  # a failed background save stops the run now, not at the next save
       last = step_num == t_cfg.num_steps
       sigterm, out_of_time, due_minutes = distributed.agree(
-          preemption.requested, bool(budget and spent + time.time() - run_start >= budget),
+          preemption.requested is not None, bool(budget and spent + time.time() - run_start >= budget),
           bool(t_cfg.checkpoint_every_minutes
                and (time.time() - last_ckpt_time) / 60 >= t_cfg.checkpoint_every_minutes))
       if step_num % t_cfg.log_every_steps == 0 or last or sigterm or out_of_time:
@@ -246,7 +267,8 @@ def _train(config, workdir, saver, mesh) -> dict:
         saver.save(step_num, state, spent + time.time() - run_start)
         last_ckpt_time = time.time()
       if sigterm:
-        bar.write(f"SIGTERM: saved a checkpoint at step {step_num}; exiting")
+        bar.write(f"{preemption.requested or 'SIGTERM'}: saved a checkpoint at step {step_num}; "
+                  "exiting (the same command resumes it)")
         break
       if out_of_time:
         bar.write(f"train.max_train_minutes reached: saved a checkpoint at step {step_num}")
@@ -257,6 +279,42 @@ def _train(config, workdir, saver, mesh) -> dict:
     _print_examples(bar, dev_set, hypotheses)
   logging.info("finished at step %d", step_num)
   return dev_metrics
+
+
+def _check_resume(restored: checkpoint.Restored, config, workdir: str, saver) -> None:
+  """A resume continues the run of its checkpoint: the same vocabulary, and a config that changes
+  only what the finished steps never saw (branch.check_resume); the accepted changes are
+  recorded with the step (checkpoint.record_changes, once the resumed run's first checkpoint
+  exists)."""
+  saved_vocab = restored.progress.get("vocab_sha256")  # absent in older checkpoints
+  if saved_vocab and saved_vocab != saver.progress["vocab_sha256"]:
+    raise ConfigError(f"{workdir}/vocab is not the vocabulary the checkpoint at step "
+                      f"{restored.step} was trained with (its SHA-256 differs): token ids would "
+                      "mean other pieces; put the run's own vocab/ back, or train in a new --workdir")
+  changes = {}
+  if restored.config is not None:
+    changes = branch.check_resume(restored.config, config, restored.step, workdir)
+  for key, (old, new) in changes.items():
+    print(f"resuming with {key}={new!r} (was {old!r}); recorded in "
+          f"{checkpoint.CHANGES_FILE}", flush=True)
+  saver.resumed = (restored.step, changes)
+
+
+def _set_aside_logs(workdir: str, quarantined) -> None:
+  """A run that starts again from step 0 because no checkpoint could be read: the old run's
+  metrics.jsonl, config_changes.jsonl and TensorBoard events are renamed aside (not dropped),
+  as the checkpoints were, and the new run's logs start empty."""
+  stamp = time.strftime("%Y%m%d-%H%M%S")
+  kept = []
+  for name in ("metrics.jsonl", checkpoint.CHANGES_FILE, "tb"):
+    path = files.join(workdir, name)
+    if files.exists(path):
+      aside = files.join(workdir, f"{name}.before_restart_{stamp}")
+      files.rename(path, aside)
+      kept.append(aside)
+  print(f"warning: no checkpoint in {workdir} could be read (steps "
+        f"{', '.join(map(str, quarantined))} moved aside); starting again from step 0"
+        + (f"; the old logs kept as {', '.join(kept)}" if kept else ""), flush=True)
 
 
 def _print_examples(bar, dev_set, hypotheses, count: int = 3) -> None:

@@ -11,7 +11,6 @@ cut to it with one warning naming the line.
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any, Iterable, Sequence
 
@@ -20,8 +19,10 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from transformer_jax import decode, files
+from transformer_jax import decode, files, sharding, trained
 from transformer_jax.config import ConfigError, ModelConfig
+from transformer_jax.data import tokenizer as tok_lib
+from transformer_jax.files import read_lines  # noqa: F401 (re-exported: translate.read_lines)
 
 
 def _bucket_width(n: int) -> int:
@@ -54,7 +55,6 @@ class Translator:
     self.alpha = config.decode.alpha
     self.batch_size = config.decode.batch_size
     if mesh is not None:
-      from transformer_jax import sharding  # pylint: disable=g-import-not-at-top
       self.batch_size = sharding.padded_rows(self.batch_size, mesh)
     self.max_source_len = min(config.data.max_source_len, self.model_config.max_len,
                               *(c.max_len for c, _ in ensemble))
@@ -65,14 +65,11 @@ class Translator:
     """The newest (or `step`) checkpoint of a training workdir, or the average of the last
     `average` checkpoints (up to `step`), with `decode.*` overrides ('--config.decode.beam_size=1')
     applied on top of its config; `ensemble`: other workdirs whose models decode with it
-    (evaluate.ensemble_members)."""
-    from transformer_jax import evaluate  # pylint: disable=g-import-not-at-top
-    from transformer_jax.data import tokenizer as tok_lib  # pylint: disable=g-import-not-at-top
-    params, config, _, _ = evaluate.checkpoint_config(workdir, override_args, average=average,
+    (trained.ensemble_members)."""
+    params, config, _, _ = trained.checkpoint_config(workdir, override_args, average=average,
                                                       step=step)
     tok = tok_lib.load_tokenizer(workdir)  # never trains one
-    members = evaluate.ensemble_members(workdir, ensemble, average=average, step=step)
-    from transformer_jax import sharding  # pylint: disable=g-import-not-at-top
+    members = trained.ensemble_members(workdir, ensemble, average=average, step=step)
     return cls(params, config, tok, sharding.make_mesh(config.mesh),
                ensemble=[(m["model"], m["params"]) for m in members])
 
@@ -124,22 +121,6 @@ class Translator:
     return [self.tokenizer.decode(x) if x else "" for x in ids]
 
 
-def read_lines(path: str) -> list[str]:
-  """UTF-8 lines of a file or stdin ('-'); a bad byte is an error naming the line."""
-  stream = sys.stdin.buffer if path == "-" else None
-  if stream is None and not os.path.isfile(path):
-    raise ConfigError(f"input file {path} does not exist")
-  name = "stdin" if path == "-" else path
-  lines = []
-  with (stream if stream is not None else open(path, "rb")) as f:
-    for n, raw in enumerate(f, start=1):
-      try:
-        lines.append(raw.decode("utf-8").rstrip("\r\n"))
-      except UnicodeDecodeError as e:
-        raise ConfigError(f"{name} line {n} is not valid UTF-8 (byte {e.start})") from None
-  return lines
-
-
 def _write_lines(path: str, lines: Iterable[str]) -> None:
   text = "".join(line + "\n" for line in lines)
   if path == "-":
@@ -152,7 +133,9 @@ def _write_lines(path: str, lines: Iterable[str]) -> None:
 def translate_files(workdir: str, input_path: str, output_path: str, *, step: int | None = None,
                     average: int = 0, override_args: Sequence[str] = (),
                     ensemble: Sequence[str] = ()) -> None:
-  """`--mode=translate`: input lines -> output lines, aligned one to one."""
+  """`--mode=translate`: input lines -> output lines, aligned one to one. Where they go is checked
+  before anything is decoded."""
+  files.check_writable(output_path, "--output")
   lines = read_lines(input_path)
   translator = Translator.from_workdir(workdir, step=step, average=average,
                                        override_args=override_args, ensemble=ensemble)

@@ -51,6 +51,7 @@ from typing import Iterator
 
 from transformer_jax import files
 from transformer_jax.config import ConfigError
+from transformer_jax.exceptions import WorkdirBusy  # re-exported: workdir.WorkdirBusy
 
 LOCK_FILE = "workdir.lock"
 HEARTBEAT_SECONDS = 30.0
@@ -58,10 +59,6 @@ STALE_AFTER_SECONDS = 300.0   # ten missed heartbeats
 UNWRITTEN_GRACE_SECONDS = 60.0  # an empty/unreadable lock older than this is a crashed creator
 RUN_FOLDERS = ("checkpoints", "tb")  # removed at exit when the run left them empty
 EVAL_FOLDER = "eval"  # what --mode=eval writes (transformer_jax/evaluate.py)
-
-
-class WorkdirBusy(ConfigError):
-  """Another live process holds the workdir; the message names it."""
 
 
 def prepare_workdir(workdir: str) -> str:

@@ -15,11 +15,6 @@
 Every user mistake or bad input raises :class:`DataError` (a :class:`ConfigError`) with one line.
 """
 
-from transformer_jax.config import ConfigError
-
-
-class DataError(ConfigError):
-  """Bad input data (missing or misaligned files, bad bytes, nothing left to train on)."""
-
+from transformer_jax.exceptions import DataError  # defined there, with the other error types
 
 __all__ = ["DataError"]

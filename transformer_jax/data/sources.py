@@ -118,6 +118,8 @@ def read_parallel_files(source_path: str, reference_path: str,
   for _, s, r in aligned_lines(source_path, reference_path):
     sources.append(clean_text(s, html_unescape))
     references.append(clean_text(r, html_unescape))
+  if not sources:
+    raise DataError(f"{source_path} and {reference_path} hold no lines: nothing to evaluate")
   return sources, references
 
 

@@ -23,6 +23,7 @@ import numpy as np
 from absl import logging
 
 from transformer_jax.data import DataError, sources
+from transformer_jax.data.tokenizer import Tokenizer
 from transformer_jax.special_ids import EOS_ID
 
 _FILES = ("source_ids", "source_offsets", "target_ids", "target_offsets")
@@ -140,7 +141,6 @@ class SampledSegmentation:
     return {"config": self.config, "model_proto": self.tokenizer.model_proto}
 
   def __setstate__(self, state):
-    from transformer_jax.data.tokenizer import Tokenizer  # pylint: disable=g-import-not-at-top
     self.__init__(state["config"], Tokenizer(state["model_proto"]))
 
 

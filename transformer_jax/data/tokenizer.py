@@ -22,7 +22,7 @@ from absl import logging
 
 from transformer_jax import files
 from transformer_jax.config import ConfigError
-from transformer_jax.data import DataError
+from transformer_jax.data import DataError, sources
 from transformer_jax.special_ids import EOS_ID, PAD_ID, UNK_ID
 
 VOCAB_SUBDIR, MODEL_NAME = "vocab", "spm.model"
@@ -110,7 +110,6 @@ def load_or_train_tokenizer(config, workdir: str) -> Tokenizer:
                         f"{tok.vocab_size}; use that size, a new workdir, or delete the file")
     return tok
   # Imported here: loading a vocabulary (translation) does not need TFDS.
-  from transformer_jax.data import sources  # pylint: disable=g-import-not-at-top
   d = config.data
   sentences = list(sources.sample_train_texts(config, d.vocab_train_sentences))
   if not sentences:
