@@ -73,6 +73,7 @@ def _side_by_side(args, overrides, folder, name, shares):
 
 
 def main(argv=None) -> None:
+  FLAGS.unparse_flags()  # each call parses its own arguments only
   try:
     FLAGS(argv or sys.argv)
   except flags.Error as e:

@@ -335,6 +335,7 @@ flags.DEFINE_string("out", "experiments/results/paper_plots", "Output folder.", 
 
 
 def main(argv=None) -> int:
+  FLAGS.unparse_flags()  # each call parses its own arguments only
   try:
     rest = FLAGS(argv or sys.argv)
   except flags.Error as e:

@@ -27,7 +27,6 @@ Axes (token labels are SentencePiece pieces, '▁' marks a word start, '</s>' is
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
 import html
@@ -40,6 +39,7 @@ from typing import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from absl import flags
 
 from transformer_jax import checkpoint
 from transformer_jax.config import ModelConfig
@@ -360,15 +360,30 @@ def write_all(maps_list: Sequence[SentenceMaps], out_dir: str, title: str = "Att
   return {"png": pngs, "html": page}
 
 
+# Its own flag set: tests import this module beside the training CLI's global flags.
+FLAGS = flags.FlagValues()
+flags.DEFINE_string("workdir", None, "Training workdir (checkpoints + vocab).", flag_values=FLAGS)
+flags.DEFINE_string("out", None, "Output folder.", flag_values=FLAGS)
+flags.DEFINE_multi_string("sentence", None, f"Source sentence (repeatable); default: "
+                          f"{DEFAULT_SENTENCE!r}.", flag_values=FLAGS)
+flags.DEFINE_integer("step", None, "Checkpoint step (default newest).", lower_bound=0,
+                     flag_values=FLAGS)
+flags.DEFINE_integer("average", 0, "Average the last k checkpoints.", lower_bound=0,
+                     flag_values=FLAGS)
+flags.mark_flags_as_required(["workdir", "out"], flag_values=FLAGS)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--workdir", required=True, help="training workdir (checkpoints + vocab)")
-  parser.add_argument("--out", required=True, help="output folder")
-  parser.add_argument("--sentence", action="append", default=None,
-                      help=f"source sentence (repeatable); default: {DEFAULT_SENTENCE!r}")
-  parser.add_argument("--step", type=int, default=None, help="checkpoint step (default newest)")
-  parser.add_argument("--average", type=int, default=0, help="average the last k checkpoints")
-  args = parser.parse_args(argv)
+  """`python -m transformer_jax.attention_maps --workdir=W --out=DIR [--sentence=...]`; `argv`
+  without the program name."""
+  FLAGS.unparse_flags()  # each call parses its own arguments only
+  try:
+    rest = FLAGS(["attention_maps", *argv] if argv is not None else sys.argv)
+  except flags.Error as e:
+    raise SystemExit(f"error: {str(e).splitlines()[0]}") from None
+  if len(rest) > 1:
+    raise SystemExit(f"error: unexpected arguments: {' '.join(rest[1:])}")
+  args = FLAGS
   translator = Translator.from_workdir(args.workdir, step=args.step, average=args.average)
   if args.average:
     which = f"average of the last {args.average} checkpoints"
