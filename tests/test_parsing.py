@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import subprocess
 import sys
 
 import nltk
 import pytest
+from tensorboardX.proto import event_pb2
 
 from tests.common import DATA_DIR, REPO, TINY_CLI_FLAGS, xla_flags
 from transformer_jax import parseval
 from transformer_jax.config import ConfigError, validate
 from transformer_jax.data import DataError, trees
+from transformer_jax.metrics import MetricsWriter
 from transformer_jax.overrides import load
 
 SAMPLE = os.path.join(DATA_DIR, "ptb-sample", "combined") if DATA_DIR else ""
@@ -293,3 +296,28 @@ def test_a_tiny_parser_trains_evaluates_and_parses_through_the_cli(tmp_path):
     assert "f_02.mrg line 4" in err[-1] and "unbalanced" in err[-1]
   assert sorted(os.listdir(os.path.join(w, "checkpoints"))) == before
   assert not os.path.exists(os.path.join(w2, "checkpoints"))
+
+
+# ----------------------------------------------------------------------------- TensorBoard samples
+
+
+def test_dev_samples_are_written_as_tensorboard_text(tmp_path):
+  writer = MetricsWriter(str(tmp_path))
+  writer.write(7, {"f1": 50.0}, "dev")
+  writer.write_samples(7, ["the cat", "a dog", "x"], ["(TOP (NP (DT the) (NN cat)))"] * 3,
+                       ["(TOP (NP (XX the) (XX cat)))", "(TOP (XX a) (XX dog))", "(TOP (XX x))"],
+                       count=2)
+  writer.close()
+  texts = []
+  for name in os.listdir(tmp_path / "tb"):
+    data = (tmp_path / "tb" / name).read_bytes()
+    while data:
+      (n,) = struct.unpack("<Q", data[:8])
+      event = event_pb2.Event.FromString(data[12:12 + n])
+      data = data[16 + n:]
+      texts += [(event.step, v.tag, v.tensor.string_val[0].decode()) for v in event.summary.value
+                if v.tensor.string_val]
+  assert len(texts) == 1
+  step, tag, text = texts[0]
+  assert step == 7 and tag.startswith("dev/samples")
+  assert "(TOP (NP (XX the) (XX cat)))" in text and "a dog" in text and "(TOP (XX x))" not in text
