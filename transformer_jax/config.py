@@ -28,6 +28,7 @@ DTYPES = ("float32", "bfloat16", "float16")
 VOCAB_TYPES = ("bpe", "unigram")
 BATCH_MODES = ("bucket", "pack")
 RNG_IMPLS = ("threefry2x32", "rbg", "unsafe_rbg")
+TASKS = ("translation", "parsing")
 DATA_DIR_ENV = "TRANSFORMER_JAX_DATA_DIR"
 MAX_SEED = 2**31 - 1  # seeds numpy, grain and jax.random alike
 # Model dimensions split over a mesh axis, as transformer_jax/sharding.py's LOGICAL_RULES place
@@ -71,9 +72,12 @@ def default_config() -> ml_collections.ConfigDict:
   c.data = ml_collections.ConfigDict()
   d = c.data
   d.data_dir = os.environ.get(DATA_DIR_ENV, "../shared/data")
+  d.task = "translation"          # 'parsing': .mrg treebank files in local_corpus, words ->
+                                  # linearized trees (data/trees.py), scored by bracket F1
   d.dataset = "wmt14_translate/de-en"  # a TFDS name, or 'local' for aligned text files
   d.local_corpus = ""             # for 'local': a folder under data_dir, e.g. 'multi30k'
-  d.train_files = "train"         # file stem of the training split (X.en.gz / X.de.gz)
+  d.train_files = "train"         # file stem of the training split (X.en.gz / X.de.gz); for
+                                  # parsing, .mrg files: 'wsj_0200-wsj_2199', a stem or a glob
   d.eval_files = "val"            # stem of the dev split
   d.test_files = "test"           # stem of the test split
   d.extra_train_files = ""        # for 'local': more training pairs, 'folder/stem,...' under
@@ -283,6 +287,11 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   model = ModelConfig.from_config(config.model)  # runs the model checks
   d, t, dc = config.data, config.train, config.decode
   _choice("data.", "vocab_type", d.vocab_type, VOCAB_TYPES)
+  _choice("data.", "task", d.task, TASKS)
+  if d.task == "parsing" and (d.dataset != "local" or d.extra_train_files or d.eval_data_dir):
+    raise ConfigError("config key 'data.task'='parsing' reads .mrg files from data.local_corpus: "
+                      "it needs data.dataset='local' and no data.extra_train_files or "
+                      "data.eval_data_dir")
   _choice("data.", "batch_mode", d.batch_mode, BATCH_MODES)
   _rate("data.", "bpe_dropout", d.bpe_dropout)
   if d.bpe_dropout and d.vocab_type != "bpe":

@@ -5,7 +5,9 @@
 - teacher-forced over the whole set: `loss` (label-smoothed, the training objective), `nll` and
   `perplexity` = exp(nll) per target token;
 - beam search (the config's `decode.*` settings) on the first `bleu_sentences` sentences (0: all):
-  sacreBLEU BLEU, chrF and TER with their signatures, and the paper's tokenized BLEU (bleu.py).
+  sacreBLEU BLEU, chrF and TER with their signatures, and the paper's tokenized BLEU (bleu.py);
+  for a parser (data.task='parsing'), bracket F1, precision, recall, exact match and the count
+  of repaired outputs instead (parseval.py), the hypotheses being trees.
 Training (dev metrics every `train.eval_every_steps`), `--mode=eval` (`evaluate_workdir`), the
 sweep runner (through `--mode=eval`) and experiments/report_run.py all go through it.
 
@@ -40,6 +42,7 @@ import jax
 import ml_collections
 
 from transformer_jax import bleu, files as files_lib, markdown, sharding, step as step_lib
+from transformer_jax import parseval
 from transformer_jax import workdir as workdir_lib
 from transformer_jax.config import ConfigError, ModelConfig
 from transformer_jax.data import pipeline, sources as sources_lib, tokenizer as tok_lib
@@ -110,13 +113,19 @@ class Evaluator:
       n = bleu_sentences or len(self.eval_set.sources)
       sources, references = self.eval_set.sources[:n], self.eval_set.references[:n]
       decode_start = time.time()
+      parsing = self.config.data.task == "parsing"
       hypotheses = Translator(params, self.config, self.tok, self.mesh,
-                              ensemble=self.ensemble).translate(sources, progress=progress)
+                              ensemble=self.ensemble).translate(sources, progress=progress,
+                                                                raw=parsing)
       report["decode_seconds"] = time.time() - decode_start
       report["sentences_per_second"] = len(sources) / max(report["decode_seconds"], 1e-9)
       tokenized = self.eval_set.tokenized_references
-      report.update(bleu.bleu_report(hypotheses, references, self.config.data.target_lang,
-                                     tokenized_references=tokenized[:n] if tokenized else None))
+      if parsing:  # skeletons -> trees (repaired where needed), scored as EVALB does
+        scores, hypotheses = parseval.evaluate_parses(sources, hypotheses, references)
+        report.update(scores)
+      else:
+        report.update(bleu.bleu_report(hypotheses, references, self.config.data.target_lang,
+                                       tokenized_references=tokenized[:n] if tokenized else None))
       report["sentences"] = len(sources)
     report["eval_seconds"] = time.time() - start
     return report, hypotheses
@@ -220,6 +229,9 @@ def _write_set(stem: str, report: dict, eval_set: EvalSet, hypotheses: list[str]
   if "ensemble" in report:
     line += " with " + ", ".join(f"{m['workdir']} step {m['step']}" for m in report["ensemble"])
   line += f": perplexity {report['perplexity']:.2f}"
+  if "f1" in report:
+    line += (f", F1 {report['f1']:.2f} (P {report['precision']:.2f}, R {report['recall']:.2f}), "
+             f"exact match {report['exact_match']:.2f}, repaired {report['repaired']}")
   if "sacrebleu" in report:
     line += (f", sacreBLEU {report['sacrebleu']:.2f} ({report['sacrebleu_signature']}), chrF "
              f"{report['chrf']:.2f}, tokenized BLEU {report['tokenized_bleu']:.2f}")

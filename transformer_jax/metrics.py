@@ -1,6 +1,7 @@
 """Where the numbers go: TensorBoard event files, a JSON-lines log, the progress bar, model FLOPs.
 
-Only process 0 writes. `WORKDIR/tb/` holds the event files (tensorboardX, no TensorFlow) and
+Only process 0 writes. `WORKDIR/tb/` holds the event files (tensorboardX, no TensorFlow: scalars,
+and a few decoded dev sentences as text at each dev evaluation) and
 `WORKDIR/metrics.jsonl` one JSON object per logged step. The progress bar counts steps, or, for
 a run limited by wall time (`train.max_train_minutes`), the time budget (elapsed / budget, with
 the step and steps/s beside it).
@@ -66,6 +67,17 @@ class MetricsWriter:
     for key, value in clean.items():
       self._tb.add_scalar(f"{prefix}/{key}", value, step)
     self._jsonl.write(json.dumps({"step": step, "split": prefix, "time": time.time(), **clean}) + "\n")
+
+  def write_samples(self, step: int, sources, references, hypotheses, count: int = 4) -> None:
+    """The first `count` decoded dev sentences (translations or trees) beside their sources and
+    references, as TensorBoard text `dev/samples` (as the flax WMT example does); nothing when
+    nothing was decoded. Written after `write` (which opens the writer) at the same step."""
+    if not self.enabled or self._tb is None or not hypotheses:
+      return
+    text = "\n\n".join(
+        f"**{i + 1}.** source: `{sources[i]}`  \nreference: `{references[i]}`  \n"
+        f"output: `{hypotheses[i]}`" for i in range(min(count, len(hypotheses))))
+    self._tb.add_text("dev/samples", text, step)
 
   def close(self):
     if self._tb is not None:

@@ -53,7 +53,8 @@ from transformer_jax.metrics import (MetricsWriter, ProfileWindow, Progress, mea
 # What training logs of the dev evaluation (metrics.jsonl / TensorBoard name, report key).
 DEV_METRICS = (("loss", "loss"), ("nll", "nll"), ("perplexity", "perplexity"),
                ("tokens", "tokens"), ("bleu", "sacrebleu"), ("chrf", "chrf"),
-               ("bleu_tokenized", "tokenized_bleu"))
+               ("bleu_tokenized", "tokenized_bleu"), ("f1", "f1"), ("precision", "precision"),
+               ("recall", "recall"), ("exact_match", "exact_match"), ("repaired", "repaired"))
 
 
 class _Preemption:
@@ -259,6 +260,7 @@ def _train(config, workdir, saver, mesh) -> dict:
                                        max_batches=t_cfg.max_eval_batches)
         dev_metrics = {name: report[key] for name, key in DEV_METRICS if key in report}
         writer.write(step_num, dev_metrics, "dev")
+        writer.write_samples(step_num, dev_set.sources, dev_set.references, hypotheses)
         bar.write(f"step {step_num}: dev " + ", ".join(f"{k} {v:.3f}" for k, v in dev_metrics.items()
                                                            if k != "tokens"))
       if (step_num % t_cfg.checkpoint_every_steps == 0 or last or due_minutes or sigterm

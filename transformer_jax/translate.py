@@ -3,6 +3,7 @@
   from transformer_jax.translate import Translator
   Translator.from_workdir("workdirs/multi30k").translate(["A man rides a bike."])
 
+A parser's workdir (data.task='parsing') reads tokenized sentences and writes trees.
 Sentences are encoded with the workdir's SentencePiece model, sorted by length and decoded in
 batches padded to a few fixed widths (so jit compiles a handful of shapes), then put back in
 input order. Empty lines give empty outputs; a line longer than the model's source limit is
@@ -21,7 +22,7 @@ from absl import logging
 
 from transformer_jax import decode, files, sharding, trained
 from transformer_jax.config import ConfigError, ModelConfig
-from transformer_jax.data import tokenizer as tok_lib
+from transformer_jax.data import tokenizer as tok_lib, trees
 from transformer_jax.files import read_lines  # noqa: F401 (re-exported: translate.read_lines)
 
 
@@ -115,10 +116,16 @@ class Translator:
       bar.close()
     return results
 
-  def translate(self, sentences: Sequence[str], progress: bool = False) -> list[str]:
-    """Translations of `sentences`, one per input, in order."""
+  def translate(self, sentences: Sequence[str], progress: bool = False,
+                raw: bool = False) -> list[str]:
+    """Translations of `sentences`, one per input, in order. A parser (data.task='parsing')
+    gives trees, one line each, the words of the (tokenized) input at the leaves, unless `raw`
+    asks for the decoded linearizations (data/trees.py)."""
     ids = self.translate_ids(self.encode(sentences), progress=progress)
-    return [self.tokenizer.decode(x) if x else "" for x in ids]
+    outputs = [self.tokenizer.decode(x) if x else "" for x in ids]
+    if self.config.data.task == "parsing" and not raw:
+      outputs = [trees.delinearize(o, s).text for s, o in zip(sentences, outputs)]
+    return outputs
 
 
 def _write_lines(path: str, lines: Iterable[str]) -> None:

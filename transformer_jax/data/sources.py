@@ -16,6 +16,11 @@ Where a split's pairs come from (``config.data.dataset``):
   ``data.tfds_data_dir`` (default ``$TRANSFORMER_JAX_CACHE_DIR/tfds`` or
   ``~/.cache/transformer_jax/tfds``).
 
+With ``data.task='parsing'``, a split is the ``.mrg`` treebank files under
+``data_dir/local_corpus`` whose names match the split's file range (``data.train_files`` ...,
+e.g. ``'wsj_0200-wsj_2199'``), read and linearized in memory by ``trees`` (source: the words,
+target: the linearized tree, reference: the gold tree).
+
 Both are read with ``tfds`` data sources. Any other two files (a test set to score) are read by
 :func:`read_parallel_files`. Lines are checked before anything is built from them
 (:func:`aligned_lines`): equal line counts, valid UTF-8 (with ``data.skip_bad_utf8``, bad pairs
@@ -41,7 +46,7 @@ import tensorflow_datasets as tfds
 from absl import logging
 
 from transformer_jax.config import DATA_DIR_ENV
-from transformer_jax.data import DataError, downloads
+from transformer_jax.data import DataError, downloads, trees
 
 SPLITS = ("train", "validation", "test")
 EXTRA = "train_extra"  # prepared split k of data.extra_train_files: f"{EXTRA}{k}", k = 1, 2, ...
@@ -306,6 +311,7 @@ class SplitSource:
   dataset_id: str          # unique name of the prepared data (keys token caches)
   html_unescape: bool
   part_sizes: tuple[int, ...] = ()  # training split: examples of each of train_parts, in order
+  reference_key: str = ""  # what evaluation scores against, when not the target (parsing)
 
   def __len__(self) -> int:
     return len(self.records)
@@ -315,16 +321,28 @@ class SplitSource:
     """Names the cleaning applied (keys token caches)."""
     return "html" if self.html_unescape else "raw"
 
-  def texts(self, ids: list[int]) -> tuple[list[str], list[str]]:
-    """Cleaned (source texts, target texts) of the examples `ids`."""
+  def texts(self, ids: list[int], reference: bool = False) -> tuple[list[str], list[str]]:
+    """Cleaned (source texts, target texts, or with `reference` the references) of `ids`."""
     records = self.records.__getitems__(ids)
+    target = (reference and self.reference_key) or self.target_key
     return tuple([clean_text(_text(r[key]), self.html_unescape) for r in records]
-                 for key in (self.source_key, self.target_key))
+                 for key in (self.source_key, target))
 
-  def chunks(self, chunk: int = CHUNK) -> Iterator[tuple[list[str], list[str]]]:
+  def chunks(self, chunk: int = CHUNK,
+             reference: bool = False) -> Iterator[tuple[list[str], list[str]]]:
     """The whole split in order, as chunks of cleaned (source texts, target texts)."""
     for start in range(0, len(self), chunk):
-      yield self.texts(list(range(start, min(len(self), start + chunk))))
+      yield self.texts(list(range(start, min(len(self), start + chunk))), reference)
+
+
+def _tree_split(config, split: str) -> SplitSource:
+  """A parsing split: the .mrg files of its file range, preprocessed and linearized."""
+  d = config.data
+  stem = {"train": d.train_files, "validation": d.eval_files, "test": d.test_files}[split]
+  folder = os.path.join(os.path.abspath(os.path.expanduser(d.data_dir)), d.local_corpus)
+  records = trees.split_records(folder, stem, f"{split} split")
+  return SplitSource(records, "words", "linearized", f"trees_{split}_{records.key}", False,
+                     (len(records),), reference_key="tree")
 
 
 def _text(value) -> str:
@@ -337,6 +355,8 @@ def split_source(config, split: str) -> SplitSource:
     raise DataError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
   d = config.data
   part_sizes = ()
+  if d.task == "parsing":
+    return _tree_split(config, split)
   if d.dataset == "local":
     prepared = _prepare_local(config)
     builder = tfds.builder_from_directory(prepared)
@@ -360,7 +380,7 @@ def split_source(config, split: str) -> SplitSource:
 def load_split_texts(config, split: str) -> tuple[list[str], list[str]]:
   """Cleaned (source texts, reference texts) of a split, in corpus order, nothing filtered."""
   sources, references = [], []
-  for s_chunk, t_chunk in split_source(config, split).chunks():
+  for s_chunk, t_chunk in split_source(config, split).chunks(reference=True):
     sources.extend(s_chunk)
     references.extend(t_chunk)
   return sources, references

@@ -1,0 +1,95 @@
+"""English constituency parsing, WSJ only (paper §6.3, Table 4): words in, linearized trees out.
+
+Run on the full Penn Treebank (LDC99T42; data_dir holds `treebank_3/parsed/mrg/wsj/00..24/`):
+  python -m transformer_jax.main --config=configs/wsj_parsing.py --workdir=workdirs/wsj
+  python -m transformer_jax.main --mode=eval --workdir=workdirs/wsj --split=validation,test
+Expected (paper, Table 4): 91.3 F1 on section 23, WSJ only (40K training sentences); not run
+here (no treebank license, no accelerator).
+
+Run on the treebank sample (2 CPU cores, 25 minutes of training; `data_dir/ptb-sample/combined`):
+  TRANSFORMER_JAX_DATA_DIR=../shared/data nice -n 5 python -m transformer_jax.main \
+      --config=configs/wsj_parsing.py:sample --workdir=workdirs/wsj_sample
+  TRANSFORMER_JAX_DATA_DIR=../shared/data python -m transformer_jax.main --mode=eval \
+      --workdir=workdirs/wsj_sample --split=validation
+Expected (sample): dev F1 11.5 (P 15.9, R 9.0, 263 of 273 outputs repaired) after 750 steps,
+experiments/results/wsj_sample.md: 25 minutes of training plus 23 minutes of dev decoding (beam
+21) on 2 CPU cores shared with other jobs; an idle machine makes more steps and scores higher. The
+sample has no test split: its dev split (files wsj_0160-wsj_0179, 273 trees) is fixed here, and
+training uses wsj_0001-wsj_0159 (3396 trees).
+
+The paper's choices: 4 encoder and 4 decoder layers, d_model 1024, a 16K vocabulary, beam 21,
+alpha 0.3, output limit input length + 300, and "all other parameters unchanged from the base
+model": 8 heads (so d_k = d_v = 1024 / 8 = 128, as §3.2.2 sets them), d_ff 2048, dropout 0.1,
+the base schedule; the number of steps is not given (100k here, as base). Sections 02-21 train,
+22 is dev, 23 is test. Deviations of both variants:
+- one piece may mix scripts in the shared vocabulary (data/tokenizer.py), so that `(NP` is one
+  token: otherwise every bracket is two tokens and targets are 1.6x as long.
+- POS tags are predicted as the placeholder XX and brackets closed with their label, as Vinyals
+  et al. 2015 (the paper does not say; data/trees.py has why).
+Deviations of the sample variant only, for 3396 training trees and 2 shared CPU cores:
+- 3 + 3 layers, d_model 256, 4 heads of 64, d_ff 1024, pre-LN: a first run with 4 + 4 post-LN
+  layers and dropout 0.3 made 647 steps in 30 minutes under load and still decoded one skeleton
+  for every sentence (dev F1 10.1 on 16 sentences); the project's CPU ablations found post-LN
+  slow to start too (README, Table 3).
+- 4000 BPE pieces (paper 16K): the sample has ~11K word types.
+- weight decay 0.1 (paper none): 3.4K trees overfit quickly.
+- ~2048 target tokens a batch, warmup 300, learning-rate scale 0.7 (as configs/multi30k.py).
+- stops after 25 minutes of training (`train.max_train_minutes`).
+"""
+
+from transformer_jax.config import default_config
+
+VARIANTS = ("", "sample")
+
+
+def get_config(variant: str = ""):
+  if variant not in VARIANTS:
+    raise ValueError(f"configs/wsj_parsing.py: unknown variant {variant!r}; use 'sample' or nothing")
+  c = default_config()
+  d = c.data
+  d.task = "parsing"
+  d.dataset = "local"
+  d.local_corpus = "treebank_3/parsed/mrg/wsj"
+  d.train_files = "wsj_0200-wsj_2199"    # sections 02-21
+  d.eval_files = "wsj_2200-wsj_2299"     # section 22
+  d.test_files = "wsj_2300-wsj_2399"     # section 23
+  d.max_source_len = 256
+  d.max_target_len = 768                 # linearized trees are ~2.6x the words
+  m = c.model
+  m.vocab_size = 16000
+  m.num_encoder_layers = m.num_decoder_layers = 4
+  m.d_model, m.num_heads, m.d_k, m.d_v, m.d_ff = 1024, 8, 128, 128, 2048
+  m.max_len = 768
+  t = c.train
+  t.num_steps = 100_000
+  t.checkpoint_every_steps = 2000
+  dc = c.decode
+  dc.beam_size = 21
+  dc.alpha = 0.3
+  dc.max_extra_len = 300
+  if variant == "sample":
+    d.local_corpus = "ptb-sample/combined"
+    d.train_files = "wsj_0001-wsj_0159"
+    d.eval_files = "wsj_0160-wsj_0179"
+    d.test_files = ""                    # the sample has no test split
+    d.max_source_len, d.max_target_len = 128, 384
+    d.tokens_per_batch = 2048
+    d.eval_batch_size = 64
+    m.vocab_size = 4000
+    m.num_encoder_layers = m.num_decoder_layers = 3
+    m.d_model, m.num_heads, m.d_k, m.d_v, m.d_ff = 256, 4, 64, 64, 1024
+    m.pre_ln = True                      # post-LN 4 + 4 ignored the source after 647 steps
+    m.max_len = 384
+    t.num_steps = 100_000                # the wall-time limit below ends the run
+    t.max_train_minutes = 25.0
+    t.warmup_steps = 300
+    t.learning_rate_scale = 0.7
+    t.weight_decay = 0.1
+    t.log_every_steps = 50
+    t.eval_every_steps = 500
+    t.eval_bleu_sentences = 8            # decoded dev trees (and TensorBoard samples) each eval
+    t.checkpoint_every_steps = 100_000
+    t.checkpoint_every_minutes = 5.0
+    t.keep_checkpoints = 10
+    dc.batch_size = 32
+  return c
