@@ -21,6 +21,7 @@ to experiments/results/archive/ with the commit it ran at.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import shlex
@@ -117,13 +118,19 @@ def settings_difference(recorded: dict, resolved: dict, ignore=frozenset()) -> s
   return ""
 
 
+@functools.lru_cache(maxsize=None)
+def _sweep(spec: str):
+  """A sweep file, loaded once per check (a folder holds many runs of one sweep)."""
+  return sweeps.load_sweep(spec)
+
+
 def _check_sweep_result(data: dict) -> tuple[str, str]:
   protocol, commands = data["protocol"], data.get("commands") or {}
   if not commands.get("sweep") and not commands.get("train"):
     return "unchecked", "a sweep result without recorded commands"
   if commands.get("sweep"):
     args = _module_args(commands["sweep"], "experiments.run")
-    sweep = sweeps.load_sweep(_flag(args, "sweep"))
+    sweep = _sweep(_flag(args, "sweep"))
     res = row_runs.resolve(sweep, protocol["row"], _flag(args, "scale", "cpu"),
                            parse_overrides([a for a in args if a.startswith("--config.")]),
                            _flag(args, "base_config"))
