@@ -39,12 +39,12 @@ Deviations of the sample variant only, for 3396 training trees and 2 shared CPU 
 
 from transformer_jax.config import default_config
 
-VARIANTS = ("", "sample")
+VARIANTS = ("", "sample", "pilot")
 
 
 def get_config(variant: str = ""):
   if variant not in VARIANTS:
-    raise ValueError(f"configs/wsj_parsing.py: unknown variant {variant!r}; use 'sample' or nothing")
+    raise ValueError(f"configs/wsj_parsing.py: unknown variant {variant!r}; use 'sample', 'pilot' or nothing")
   c = default_config()
   d = c.data
   d.task = "parsing"
@@ -67,6 +67,31 @@ def get_config(variant: str = ""):
   dc.beam_size = 21
   dc.alpha = 0.3
   dc.max_extra_len = 300
+  if variant == "pilot":                 # experiments/wsj_parsing.py's protocol, pinned here
+    d.local_corpus = "ptb-sample/combined"
+    d.train_files, d.eval_files, d.test_files = "wsj_0001-wsj_0159", "wsj_0160-wsj_0179", ""
+    d.max_source_len, d.max_target_len = 128, 384
+    d.tokens_per_batch = 2048
+    d.eval_batch_size = 64
+    m.vocab_size = 4000
+    m.num_encoder_layers = m.num_decoder_layers = 3
+    m.d_model, m.num_heads, m.d_k, m.d_v, m.d_ff = 256, 4, 64, 64, 1024
+    m.pre_ln = True
+    m.dropout_rate = 0.1
+    m.max_len = 384
+    t.num_steps = 900
+    t.max_train_minutes = 0.0
+    t.warmup_steps = 300
+    t.learning_rate_scale = 0.7
+    t.weight_decay = 0.1
+    t.label_smoothing = 0.1
+    t.log_every_steps = 50
+    t.eval_every_steps = 300
+    t.eval_bleu_sentences = 0
+    t.checkpoint_every_steps = 900
+    t.checkpoint_every_minutes = 10.0
+    t.progress_bar = False
+    dc.batch_size = 32
   if variant == "sample":
     d.local_corpus = "ptb-sample/combined"
     d.train_files = "wsj_0001-wsj_0159"

@@ -211,14 +211,18 @@ def report_markdown(sweep, scale_name: str, rows: list[dict], results: dict, rea
           _num(r["train_minutes"] or None, 1), _num(r["eval_minutes"] or None, 1),
           _num(r["step_seconds"], 3), "; ".join([r["status"]] + r["problems"])] for r in rows]))
   lines += ["", "## Every run", ""]
+  runs = [results.get(row["row"], {})[s] for row in rows for s in row["seeds"]]
+  parsing = any("f1" in r for r in runs)  # a parser's sweep: bracket F1 where BLEU would be
+  scored = (["F1", "P / R", "exact", "repaired"] if parsing else ["BLEU tok.", "sacreBLEU", "chrF"])
   lines.append(markdown.table(
-      ["row", "seed", "steps", "dev loss", "dev PPL", "BLEU tok.", "sacreBLEU", "chrF",
-       "last quarter ΔPPL", "train min", "eval min", "date"],
-      [[r["row"], r["seed"], r["step"], _num(r["dev_loss"], 3), _num(r["dev_ppl"]),
-        _num(r["bleu_tokenized"]), _num(r["bleu"]), _num(r["chrf"]),
-        "" if not r.get("last_quarter") else f"{r['last_quarter']['relative_change']:+.1%}",
-        _num(r["train_minutes"], 1), _num(r["eval_minutes"], 1), r["date"]]
-       for row in rows for r in (results.get(row["row"], {})[s] for s in row["seeds"])]))
+      ["row", "seed", "steps", "dev loss", "dev PPL"] + scored +
+      ["last quarter ΔPPL", "train min", "eval min", "date"],
+      [[r["row"], r["seed"], r["step"], _num(r["dev_loss"], 3), _num(r["dev_ppl"])] +
+       ([_num(r.get("f1")), f"{_num(r.get('precision'))} / {_num(r.get('recall'))}",
+         _num(r.get("exact_match"), 1), r.get("repaired")] if parsing else
+        [_num(r["bleu_tokenized"]), _num(r["bleu"]), _num(r["chrf"])]) +
+       ["" if not r.get("last_quarter") else f"{r['last_quarter']['relative_change']:+.1%}",
+        _num(r["train_minutes"], 1), _num(r["eval_minutes"], 1), r["date"]] for r in runs]))
   lines += ["", "## Reading", "", reading.strip() if reading.strip() else
             f"(Not written yet: `{os.path.relpath(stem, REPO)}_reading.md` appears here.)", ""]
   return "\n".join(lines)

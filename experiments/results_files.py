@@ -198,6 +198,9 @@ def machine() -> dict:
           "platform": platform.platform(terse=True)}
 
 
+PARSE_SCORES = ("f1", "precision", "recall", "exact_match", "repaired")
+
+
 def build_result(res: row_runs.Resolved, seed: int, protocol: dict, workdir: str, evaluation: dict,
                  sentences: list[dict], timing: dict, commands: dict) -> dict:
   """The committed record of one finished (row, seed)."""
@@ -218,6 +221,8 @@ def build_result(res: row_runs.Resolved, seed: int, protocol: dict, workdir: str
       "chrf": evaluation.get("chrf"), "bleu_tokenized": evaluation.get("tokenized_bleu"),
       "bleu_sentences": evaluation.get("sentences"), "beam_size": decode.get("beam_size"),
       "alpha": decode.get("alpha"),
+      # a parser's (data.task='parsing') bracket scores on the same sentences (parseval.py)
+      **{k: evaluation[k] for k in PARSE_SCORES if k in evaluation},
       "dev_ppl_curve": curve, "last_quarter": last_quarter_change(curve),
       "train_minutes": timing["train_seconds"] / 60, "train_attempts": timing["train_attempts"],
       "eval_minutes": timing["eval_seconds"] / 60,

@@ -157,11 +157,12 @@ def parse_seeds(text: str, flag: str) -> list[int]:
 
 def seeds_of(sweep, scale_name: str, row_id: str, seeds: list[int] | None = None,
              base_seeds: list[int] | None = None) -> list[int]:
-  """The seeds a row runs with: the base row's (more), or every other row's; the flags' first."""
+  """The seeds a row runs with: the base row's (more), the row's own (`row_seeds`), or every other
+  row's; the flags' first."""
   sc = sweep.scales[scale_name]
   if row_id == "base":
     return list(base_seeds or sc.base_seeds)
-  return list(seeds or sc.seeds)
+  return list(seeds or sc.get("row_seeds", {}).get(row_id) or sc.seeds)
 
 
 # Config keys that do not change a run's results (logging, checkpoint and dev-evaluation

@@ -220,8 +220,10 @@ def run_one(res: row_runs.Resolved, seed: int, out: str, results_dir: str, proto
   if not results_files.write_once(result_path, result):
     log(f"  {name}: {result_path} appeared meanwhile; kept")
   state = finish("done", stage="eval")
-  log(f"  {name}: done: dev PPL {result['dev_ppl']:.2f}, BLEU {result['bleu_tokenized']:.2f} "
-      f"(tokenized; sacreBLEU {result['bleu']:.2f}), {result['train_minutes']:.1f} min training")
+  scored = (f"F1 {result['f1']:.2f} ({result['repaired']} outputs repaired)" if "f1" in result
+            else f"BLEU {result['bleu_tokenized']:.2f} (tokenized; sacreBLEU {result['bleu']:.2f})")
+  log(f"  {name}: done: dev PPL {result['dev_ppl']:.2f}, {scored}, "
+      f"{result['train_minutes']:.1f} min training")
   return state
 
 

@@ -49,13 +49,15 @@ class FakeCLI:
   --config.seed) leaves checkpoints/<step>, vocab/ and metrics.jsonl (train and dev rows);
   evaluation writes eval/validation_step<step>.{json,jsonl}. `scores`: (row, seed) -> (dev PPL,
   tokenized BLEU); `fail`, `fail_eval`: (row, seed) pairs; `stop_at`, `kill_at`: (row, seed) -> step.
-  `train_seconds`: how long a training call takes; `cores` records each call's cores (None: all)
+  `train_seconds`: how long a training call takes; `parse_scores`: F1 and the like, as a parser's
+  evaluation reports them; `cores` records each call's cores (None: all)
   and `most_at_once` the most training calls that overlapped. `--mode=vocab` (the shared
   vocabulary) writes vocab/, or fails with `fail_vocab`; `vocab_cores`: its cores."""
 
   def __init__(self, fail=(), fail_eval=(), stop_at=None, scores=None, train_seconds=0.0,
-               kill_at=None, fail_vocab=False):
+               kill_at=None, fail_vocab=False, parse_scores=None):
     self.fail, self.fail_eval, self.fail_vocab = set(fail), set(fail_eval), fail_vocab
+    self.parse_scores = parse_scores  # a parser's evaluation: these keys in its report too
     self.vocab_cores = "not called"
     self.stop_at, self.scores, self.calls = dict(stop_at or {}), dict(scores or {}), []
     self.kill_at = dict(kill_at or {})
@@ -130,7 +132,8 @@ class FakeCLI:
       json.dump({"loss": 2.5, "nll": 2.2, "perplexity": ppl, "tokens": 1000, "sacrebleu": bleu - 1,
                  "sacrebleu_signature": "nrefs:1|...", "chrf": 30.0, "tokenized_bleu": bleu,
                  "sentences": 4, "step": step, "split": "validation", "eval_seconds": 3.0,
-                 "decode": {"beam_size": 2, "alpha": 0.6, "max_extra_len": 4, "batch_size": 8}}, f)
+                 "decode": {"beam_size": 2, "alpha": 0.6, "max_extra_len": 4, "batch_size": 8},
+                 **(self.parse_scores or {})}, f)
     words = "Ein Hund läuft".split()[:1 + int(bleu) % 3]  # systems that differ
     with open(stem + ".jsonl", "w") as f:
       for i, ref in enumerate(REFERENCES):

@@ -162,3 +162,21 @@ def test_paper_step_ratio_gives_big_the_papers_three_times_base(table3):
     table3.scales.tiny.paper_step_ratio = False
   assert steps == {"base": 2, "big": 6, "C_N2": 2}
   assert row_runs.resolve(table3, "big", "tiny").config.train.num_steps == 2  # every row equal
+
+
+def test_a_parsers_sweep_records_and_reports_bracket_f1(table3, tmp_path):
+  """A parser's evaluation (F1, P, R, exact match, repaired outputs) reaches its result file and
+  the report's per-run table, in the columns BLEU has for a translation sweep."""
+  out, results = tmp_path / "sweep", tmp_path / "t3_tiny"
+  parse = {"f1": 61.25, "precision": 60.0, "recall": 62.5, "exact_match": 12.5, "repaired": 3}
+  run_fake(table3, out, results, ["base"], FakeCLI(parse_scores=parse), base_seeds=(0,))
+  record = json.loads((results / "base_seed0.json").read_text())
+  assert {k: record[k] for k in parse} == parse
+  result = sweep_cli("--report", f"--sweep={TABLE3}", "--scale=tiny", "--rows=base",
+                     "--base_seeds=0", f"--results_dir={results}", f"--out={out}")
+  assert result.returncode == 0, result.stderr
+  md = (tmp_path / "t3_tiny.md").read_text()
+  runs = md[md.index("## Every run"):]
+  cells = dict(zip(table_row(runs, "row"), table_row(runs, "base")))
+  assert (cells["F1"], cells["P / R"], cells["repaired"]) == ("61.25", "60.00 / 62.50", "3")
+  assert "sacreBLEU" not in table_row(runs, "row")

@@ -315,3 +315,40 @@ def test_bad_seeds_and_parallel_on_the_command_line(tmp_path):
     assert text in one_line_error(sweep_cli(f"--sweep={TABLE3}", "--scale=tiny", f"--out={out}",
                                         f"--results_dir={results}", flag))
   assert not out.exists() and not results.exists()
+
+
+def test_cpu_long_is_the_cpu_protocol_twice_as_long_with_big_three_times(table3):
+  """#53's converged protocol: the pinned cpu settings, 6000 steps (big 18000, the paper's 3x), a
+  dev evaluation at two thirds (4000) and at three quarters (4500) of base's training, BLEU on
+  the whole dev split, and one seed only for the rows the paper calls unchanged."""
+  cpu = row_runs.resolve(table3, "base", "cpu").config
+  long = {r: row_runs.resolve(table3, r, "cpu_long") for r in ("base", "big", "C_N2", "A_h16")}
+  base = long["base"].config
+  assert base.model.pre_ln and base.model.d_model == cpu.model.d_model == 64
+  assert {r: v.config.train.num_steps for r, v in long.items()} == {
+      "base": 6000, "big": 18000, "C_N2": 6000, "A_h16": 6000}
+  every = base.train.eval_every_steps
+  assert 4000 % every == 0 and 4500 % every == 0 and long["big"].config.train.eval_every_steps == every
+  assert long["base"].bleu_sentences == 0  # all 1014 dev sentences
+  same = lambda c: {k: v for k, v in c.to_dict()["train"].items()  # noqa: E731
+                    if k not in ("num_steps", "eval_every_steps", "checkpoint_every_steps")}
+  assert same(base) == same(cpu) and base.model.to_dict() == cpu.model.to_dict()
+  assert [row_runs.seeds_of(table3, "cpu_long", r) for r in ("base", "C_N2", "A_h16", "E_learned_pe")] \
+      == [[0, 1, 2], [0, 1], [0], [0]]
+  assert row_runs.seeds_of(table3, "cpu_long", "A_h16", seeds=[0, 1]) == [0, 1]  # the flag wins
+  paper = lambda r: table3.rows[r].paper  # noqa: E731
+  for r in table3.scales.cpu_long.row_seeds:  # rows whose paper PPL and BLEU equal base's
+    assert abs(paper(r).ppl - paper("base").ppl) < verdicts.PPL_CLEAR
+    assert abs(paper(r).bleu - paper("base").bleu) < verdicts.BLEU_CLEAR
+
+
+def test_the_parsing_pilot_sweep_resolves():
+  """experiments/wsj_parsing.py: the pinned pilot protocol, one change a row, equal steps."""
+  sweep = sweeps.load_sweep(os.path.join(REPO, "experiments", "wsj_parsing.py"))
+  runs = {r: row_runs.resolve(sweep, r, "pilot").config for r in sweeps.row_ids(sweep)}
+  assert set(runs) == {"base", "lr10", "drop03"}
+  for cfg in runs.values():
+    assert cfg.data.task == "parsing" and cfg.train.num_steps == 900
+    assert cfg.data.eval_files == "wsj_0160-wsj_0179" and not cfg.data.test_files
+  assert runs["lr10"].train.learning_rate_scale == 1.0 and runs["drop03"].model.dropout_rate == 0.3
+  assert runs["base"].train.learning_rate_scale == 0.7 and runs["base"].model.dropout_rate == 0.1
