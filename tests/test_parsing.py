@@ -148,6 +148,30 @@ def test_evaluate_parses_counts_repaired_outputs():
   assert report["matched_brackets"] == 4 + 2  # the second: S and NP; '.' deleted
 
 
+def test_evalbs_second_summary_scores_the_sentences_of_at_most_40_words():
+  long_words = " ".join(f"(NN w{i})" for i in range(41))
+  gold_long, test_long = f"(TOP (S (NP {long_words})))", f"(TOP (S (VP {long_words})))"
+  gold_short, test_short = "(TOP (S (NP (NN a)) (VP (VB b))))", "(TOP (S (NP (XX a)) (VP (XX b))))"
+  r = parseval.score_trees([T(gold_long), T(gold_short)], [T(test_long), T(test_short)])
+  assert (r["matched_brackets"], r["gold_brackets"]) == (1 + 3, 2 + 3)  # S matches, NP != VP
+  assert r["le40"]["scored_sentences"] == 1 and r["le40"]["f1"] == 100.0
+  assert r["le40"]["exact_match"] == 100.0 and r["exact_match"] == 50.0
+
+
+def test_paired_bootstrap_of_two_parsers():
+  golds = [T("(TOP (S (NP (NN a)) (VP (VB b) (NP (NN c)))))")] * 30
+  good = [T("(TOP (S (NP (XX a)) (VP (XX b) (NP (XX c)))))")] * 30
+  flat = [T("(TOP (S (XX a) (XX b) (XX c)))")] * 20 + good[:10]
+  r = parseval.paired_bootstrap(golds, flat, good)["f1"]
+  assert r["system"] == 100.0 and r["delta"] == pytest.approx(100.0 - r["baseline"], rel=1e-12)
+  assert 0 < r["baseline"] < 100 and r["p_value"] < 0.01
+  assert parseval.paired_bootstrap(golds, flat, good) == parseval.paired_bootstrap(golds, flat, good)
+  same = parseval.paired_bootstrap(golds, good, good)["f1"]
+  assert same["delta"] == 0.0 and same["system_ci"] == 0.0
+  with pytest.raises(ValueError, match="one tree per gold tree"):
+    parseval.paired_bootstrap(golds, flat[:3], good)
+
+
 # ----------------------------------------------------------------------------- the sample
 
 requires_sample = pytest.mark.skipif(not (SAMPLE and os.path.isdir(SAMPLE)),
@@ -277,6 +301,20 @@ def test_a_tiny_parser_trains_evaluates_and_parses_through_the_cli(tmp_path):
   assert 0.0 <= report["f1"] <= 100.0 and report["length_mismatch"] == 0
   lines = open(os.path.join(w, "eval", "validation_step4.txt")).read().splitlines()
   assert len(lines) == 6 and all(l.startswith("(TOP ") for l in lines)
+  assert 0.0 <= report["le40"]["f1"] <= 100.0
+
+  # --compare with a parser: the paired bootstrap of bracket F1 (here against its own trees), and
+  # a file of other text is one line naming it.
+  own = os.path.join(w, "eval", "validation_step4.txt")
+  r = _main("--mode=eval", f"--workdir={w}", "--split=validation", f"--compare={own}")
+  assert r.returncode == 0, r.stderr.decode()[-3000:]
+  compare = json.load(open(os.path.join(w, "eval", "validation_step4.json")))["compare"]
+  assert compare["f1"]["delta"] == 0.0 and "bleu" not in compare
+  words = tmp_path / "words.txt"
+  words.write_text("".join("ein Satz\n" for _ in lines))
+  r = _main("--mode=eval", f"--workdir={w}", "--split=validation", f"--compare={words}")
+  err = r.stderr.decode().strip().splitlines()
+  assert r.returncode == 2 and err[-1].startswith("error: --compare=") and "line 1" in err[-1]
 
   r = _main("--mode=translate", f"--workdir={w}", stdin=b"the big cat saw a dog .\n\na man liked it\n")
   assert r.returncode == 0, r.stderr.decode()[-3000:]

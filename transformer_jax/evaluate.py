@@ -6,8 +6,9 @@
   `perplexity` = exp(nll) per target token;
 - beam search (the config's `decode.*` settings) on the first `bleu_sentences` sentences (0: all):
   sacreBLEU BLEU, chrF and TER with their signatures, and the paper's tokenized BLEU (bleu.py);
-  for a parser (data.task='parsing'), bracket F1, precision, recall, exact match and the count
-  of repaired outputs instead (parseval.py), the hypotheses being trees.
+  for a parser (data.task='parsing'), bracket F1, precision, recall, exact match (also over the
+  sentences of <= 40 words, `le40`) and the count of repaired outputs instead (parseval.py),
+  the hypotheses being trees.
 Training (dev metrics every `train.eval_every_steps`), `--mode=eval` (`evaluate_workdir`), the
 sweep runner (through `--mode=eval`) and experiments/report_run.py all go through it.
 
@@ -19,7 +20,7 @@ per set, in `WORKDIR/eval/`:
   translation per source line;
 - `... .jsonl`: per sentence: index, source, reference, hypothesis;
 - `... .json`: the report: metrics, signatures, decode settings, timing, and with `compare`, the
-  paired bootstrap against the other system;
+  paired bootstrap against the other system (BLEU and chrF; bracket F1 for parsers);
 and, for several sets, `summary_step<N>[...].md`, one row per set.
 
 With `ensemble` (`--ensemble=OTHER,...`), the other workdirs' models are scored together with
@@ -40,6 +41,7 @@ from typing import Sequence
 
 import jax
 import ml_collections
+import nltk
 
 from transformer_jax import bleu, files as files_lib, markdown, sharding, step as step_lib
 from transformer_jax import parseval
@@ -196,8 +198,14 @@ def evaluate_workdir(workdir: str, *, splits: Sequence[str] = ("test",),
                             for m in members]
     if compare:
       baseline = _comparison_hypotheses(compare, eval_set.name, len(hypotheses))
-      report["compare"] = {"baseline": compare, **bleu.paired_bootstrap(
-          baseline, hypotheses, eval_set.references[:len(hypotheses)])}
+      references = eval_set.references[:len(hypotheses)]
+      if config.data.task == "parsing":  # two parsers' trees: bracket F1
+        test = parseval.paired_bootstrap(_trees(references, "reference"),
+                                         _trees(baseline, f"--compare={compare}"),
+                                         _trees(hypotheses, "output"))
+      else:
+        test = bleu.paired_bootstrap(baseline, hypotheses, references)
+      report["compare"] = {"baseline": compare, **test}
     if jax.process_index() == 0:
       _write_set(workdir_lib.eval_stem(workdir, eval_set.name, step, average, tag, bleu_sentences),
                  report, eval_set, hypotheses)
@@ -237,19 +245,41 @@ def _write_set(stem: str, report: dict, eval_set: EvalSet, hypotheses: list[str]
              f"{report['chrf']:.2f}, tokenized BLEU {report['tokenized_bleu']:.2f}")
   if "compare" in report:
     c = report["compare"]
-    line += (f"; vs {c['baseline']}: BLEU {c['bleu']['delta']:+.2f} (p={c['bleu']['p_value']:.4f}),"
-             f" chrF {c['chrf']['delta']:+.2f} (p={c['chrf']['p_value']:.4f})")
+    line += f"; vs {c['baseline']}: " + ", ".join(
+        f"{name} {c[key]['delta']:+.2f} (p={c[key]['p_value']:.4f})"
+        for key, name in (("f1", "F1"), ("bleu", "BLEU"), ("chrf", "chrF")) if key in c)
   print(f"{line}; wrote {stem}.*", flush=True)
 
 
 def summary_table(reports: Sequence[dict]) -> str:
   """One Markdown row per evaluated set."""
+  if any("f1" in r for r in reports):  # a parser: EVALB's two summaries
+    header = ["set", "step", "sentences", "perplexity", "F1", "P", "R", "exact", "F1 (<= 40 words)",
+              "repaired", "sent/s"]
+    rows = [[r["set"], r["step"], r.get("sentences"), r["perplexity"], r.get("f1"),
+             r.get("precision"), r.get("recall"), r.get("exact_match"),
+             (r.get("le40") or {}).get("f1"), r.get("repaired"), r.get("sentences_per_second")]
+            for r in reports]
+    return markdown.table(header, rows)
   header = ["set", "step", "sentences", "perplexity", "sacreBLEU", "chrF", "TER", "tokenized BLEU",
             "sent/s"]
   rows = [[r["set"], r["step"], r.get("sentences"), r["perplexity"], r.get("sacrebleu"),
            r.get("chrf"), r.get("ter"), r.get("tokenized_bleu"), r.get("sentences_per_second")]
           for r in reports]
   return markdown.table(header, rows)
+
+
+def _trees(texts: Sequence[str], what: str) -> list[nltk.Tree]:
+  """Bracketed tree texts -> trees; one that does not read is a one-line ConfigError."""
+  out = []
+  for i, text in enumerate(texts):
+    try:
+      out.append(nltk.Tree.fromstring(text))
+    except ValueError as e:
+      reason = str(e).strip().splitlines()[0]
+      raise ConfigError(f"{what}: line {i + 1} is not a bracketed tree ({reason}): {text[:60]!r}"
+                        ) from None
+  return out
 
 
 def _comparison_hypotheses(path: str, set_name: str, count: int) -> list[str]:

@@ -13,7 +13,12 @@ The conventions (Sekine & Collins' EVALB, parameter file COLLINS.prm, as parsing
   the corpus before dividing (corpus level), F1 their harmonic mean; exact match = the share of
   sentences whose bracket multisets are equal. All in percent.
 A sentence whose output has other words than the gold tree is an EVALB "error sentence": left
-out of every count and reported as `length_mismatch` (delinearized outputs never are).
+out of every count and reported as `length_mismatch` (delinearized outputs never are). As
+EVALB's second summary, `le40` holds the same scores over the sentences of at most 40 words
+(EVALB counts every word but `-NONE-` for length, punctuation included).
+
+`paired_bootstrap` compares two parsers' trees on the same sentences as sacreBLEU compares two
+translations (`--compare`): resampled sentences, the same p-value definition and seed.
 
 `evaluate_parses` is what evaluate.py calls on decoded skeletons: it makes them trees
 (trees.delinearize, counting `repaired`), scores them, and returns the tree texts.
@@ -26,12 +31,15 @@ import dataclasses
 from typing import Sequence
 
 import nltk
+import numpy as np
+from sacrebleu.significance import estimate_ci
 
 from transformer_jax.data import trees
 
 PUNCTUATION_TAGS = frozenset({"``", "''", ".", ":", ","})  # COLLINS.prm DELETE_LABEL (words)
 UNSCORED_LABELS = frozenset({"TOP", "ROOT", "", "-NONE-"})  # DELETE_LABEL (brackets)
 EQUIVALENT_LABELS = {"PRT": "ADVP"}                         # EQ_LABEL ADVP PRT
+SHORT_SENTENCE = 40  # EVALB's second summary: sentences of at most this many words
 
 
 @dataclasses.dataclass
@@ -99,10 +107,38 @@ def score_trees(golds: Sequence[nltk.Tree], tests: Sequence[nltk.Tree]) -> dict:
   """Corpus-level scores of output trees against gold trees (module docstring)."""
   if len(golds) != len(tests):
     raise ValueError(f"{len(golds)} gold trees but {len(tests)} output trees")
-  total = Counts()
+  total, short = Counts(), Counts()
   for g, t in zip(golds, tests):
-    total.add(sentence_counts(g, t))
-  return total.scores()
+    counts = sentence_counts(g, t)
+    total.add(counts)
+    if len(g.leaves()) <= SHORT_SENTENCE:
+      short.add(counts)
+  return dict(total.scores(), le40=short.scores())
+
+
+def paired_bootstrap(golds: Sequence[nltk.Tree], baseline: Sequence[nltk.Tree],
+                     system: Sequence[nltk.Tree], *, samples: int = 1000, seed: int = 12345) -> dict:
+  """Paired bootstrap of `system`'s corpus F1 against `baseline`'s on the same gold trees, as
+  sacreBLEU's `paired_bs` test (Moses' bootstrap-hypothesis-difference-significance): `samples`
+  resamplings of the sentences with replacement; p = (1 + #resamples whose centred |difference|
+  exceeds the observed one) / (samples + 1). Returns {'f1': {baseline, system, delta, p_value,
+  system_mean, system_ci (half-width of the 95% interval, as sacreBLEU)}}."""
+  if not len(golds) == len(baseline) == len(system):
+    raise ValueError(f"paired bootstrap needs one tree per gold tree ({len(golds)}); got "
+                     f"{len(baseline)} baseline and {len(system)} system trees")
+  stats = []
+  for trees_ in (baseline, system):
+    counts = [sentence_counts(g, t) for g, t in zip(golds, trees_)]
+    stats.append(np.array([[c.matched, c.gold, c.test] for c in counts], dtype=np.float64))
+  f1 = lambda m, g, t: np.where(g + t > 0, 200.0 * m / np.maximum(g + t, 1e-9), 0.0)  # noqa: E731
+  idx = np.random.default_rng(seed).choice(len(golds), size=(samples, len(golds)), replace=True)
+  base_s, sys_s = (f1(*st[idx].sum(axis=1).T) for st in stats)
+  base_f1, sys_f1 = (float(f1(*st.sum(axis=0))) for st in stats)
+  diffs = np.abs(sys_s - base_s)
+  p = (np.sum(diffs - diffs.mean() > abs(sys_f1 - base_f1)) + 1) / (samples + 1)
+  mean, ci = estimate_ci(sys_s)
+  return {"f1": {"baseline": base_f1, "system": sys_f1, "delta": sys_f1 - base_f1,
+                 "p_value": float(p), "system_mean": float(mean), "system_ci": float(ci)}}
 
 
 def evaluate_parses(sources: Sequence[str], skeletons: Sequence[str],
