@@ -17,6 +17,17 @@ minutes a run on one core: A h=16 and h=32 take 2-4x base's step time). Pre-LN b
 base stalls at this rate (experiments/results/archive/table3_cpu_postln.md); the scales
 `postln_pilot_*` are the paper's post-LN at other rates (#53's pilot).
 
+Scale `cpu_long` (#53) is the same pinned protocol trained twice as long, 6000 steps, big 3x as
+long (18000, the paper's ratio), dev perplexity every 500 steps, BLEU on all 1014 dev sentences,
+39 runs (A h=16 and E, unchanged in the paper, one seed):
+  python -m experiments.run --sweep=experiments/table3.py --scale=cpu_long \
+      --out=workdirs/table3_cpu_long --parallel=2
+Expected: ~23 hours with `--parallel=2`; base dev perplexity ~7.5, still falling ~5% over the
+last quarter (a fit of log PPL = a + b t^-c to the three `cpu` base runs, steps 900-3000; < 3%
+would need ~12000 steps, ~46 hours plus big), so the bar is that no verdict changes between two
+thirds of training and the end (the report shows both). Still pre-LN: post-LN base learned
+slower than pre-LN at every rate of the pilot (experiments/results/table3_postln_pilot.md).
+
 Each row is the paper's base model with the row's changes (model widths in the paper's units;
 a scale shrinks d_model, d_k, d_v and d_ff by one factor, see experiments/sweeps.py). `paper`
 holds what the paper prints for the row, None where its table leaves the cell blank ("identical
