@@ -256,7 +256,8 @@ REFUSALS = [
             absent=("branched",)),
     Refusal("resume with dropout 0.3 (trained with 0.1)", "exit 2, one line naming the key and "
             "both values; nothing written",
-            ("--workdir={w}", TINY, "--config.train.num_steps=8", "--config.model.dropout_rate=0.3"),
+            ("--workdir={w}", TINY, "--config.train.num_steps=8",
+             "--config.model.dropout_rate=0.3"),
             ("config key 'model.dropout_rate'", "0.3", "trained with 0.1"), trained=True),
     Refusal("resume with learning_rate_scale=1e30 after a good run", "exit 2 before training: "
             "another rate would change the finished steps; config.json and checkpoints untouched",
