@@ -5,7 +5,7 @@ sees (exit status, one-line errors, no traceback) and what is left in the workdi
 
 Every case runs the real CLI (`python -m transformer_jax.main`) on a tiny model
 (tests/common.py's TINY_CLI_FLAGS) in a scratch folder, then checks its expectation (the cases:
-experiments/battery_cases.py). Results:
+experiments/battery_faults.py, then the refusals of experiments/battery_cases.py). Results:
 experiments/results/battery.md (a table: case, command, exit status, what the user saw, pass)
 and battery.json (the same with the full checks). The disk-full case needs to mount a tmpfs
 (root); it is recorded as skipped where that is not permitted.
@@ -22,15 +22,18 @@ import time
 
 from absl import flags
 
-from experiments import battery_record  # noqa: F401 - registers #55's cases after the others
-from experiments.battery_cases import CASES, Run, tiny_flags
+from experiments.battery_cases import REFUSALS, Run, tiny_flags
+from experiments.battery_faults import FAULTS
 from transformer_jax import errors, markdown
+from transformer_jax.config import ConfigError
 from transformer_jax.overrides import REPO
 
 _ONLY = flags.DEFINE_list("only", [], "Run only these cases (names as in the table).")
 _KEEP = flags.DEFINE_bool("keep", False, "Keep the scratch folder (its path is printed).")
 _OUT = flags.DEFINE_string("out", os.path.join(REPO, "experiments", "results"),
                            "Folder for battery.md and battery.json.")
+# (name, expectation, function(scratch) -> result); Ctrl-C, the longest, last
+CASES = FAULTS[:-1] + [(r.name, r.expectation, r) for r in REFUSALS] + FAULTS[-1:]
 
 
 # ------------------------------------------------------------------------------------- reporting
@@ -102,7 +105,6 @@ def main(argv):
   names = [n for n, _, _ in CASES]
   unknown = [n for n in _ONLY.value if n not in names]
   if unknown:
-    from transformer_jax.config import ConfigError  # pylint: disable=g-import-not-at-top
     raise ConfigError(f"--only: unknown case(s) {unknown}; cases: {', '.join(names)}")
   scratch = tempfile.mkdtemp(prefix="battery_")
   results = []

@@ -1,13 +1,17 @@
-"""The battery's cases (experiments/battery.py runs them and writes the report): each runs the real
-CLI on a tiny model in a scratch folder and returns what the user saw and whether every check
-held. `case` registers one; `CASES` lists them in order."""
+"""How the battery's cases run (the real CLI on a tiny model in a scratch folder: what the user
+saw, the workdirs it works on), and the refusals, as data.
+
+Most cases are refusals (`REFUSALS`): a command that must stop with exit status 2 in one line
+`error: ...` holding given words, with no traceback and nothing written in the case's folder (a
+workdir it names never appears; the trained run it may work on stays as it was). The cases with
+checks of their own are in experiments/battery_faults.py; experiments/battery.py runs them all.
+"""
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -16,14 +20,8 @@ from typing import Callable
 from transformer_jax import metrics
 from transformer_jax.overrides import REPO
 
-CASES: list[tuple[str, str, Callable]] = []  # (name, expectation, function(scratch) -> result)
-
-
-def case(name: str, expectation: str):
-  def register(fn):
-    CASES.append((name, expectation, fn))
-    return fn
-  return register
+TRACEBACK_MARKS = ("Traceback", "Event loop is closed", "IndexError", "FileExistsError")
+TINY = "<tiny flags>"  # in a refusal's arguments: tests/common.py's TINY_CLI_FLAGS
 
 
 def tiny_flags() -> list[str]:
@@ -38,8 +36,8 @@ def _env(**extra) -> dict:
   return env
 
 
-def _cli(*args: str) -> list[str]:
-  return [sys.executable, "-m", "transformer_jax.main", *args]
+def _cli(*args: str, module: str = "transformer_jax.main") -> list[str]:
+  return [sys.executable, "-m", module, *args]
 
 
 def _train_cmd(workdir: str, *extra: str) -> list[str]:
@@ -57,15 +55,29 @@ class Run:
   def last(self) -> str:
     return self.lines[-1] if self.lines else ""
 
+  @property
+  def clean(self) -> bool:
+    return not any(m in self.output for m in TRACEBACK_MARKS)
+
   def one_line_error(self, *needles: str) -> bool:
     return (self.returncode == 2 and "Traceback" not in self.output
             and self.last.startswith("error: ") and all(n in self.last for n in needles))
 
 
-def run(cmd, env=None, timeout=600) -> Run:
-  p = subprocess.run(cmd, cwd=REPO, env=env or _env(), stdout=subprocess.PIPE,
-                     stderr=subprocess.STDOUT, text=True, timeout=timeout)
+def run(cmd, env=None, stdin=None, cwd=REPO) -> Run:
+  p = subprocess.run(cmd, cwd=cwd, env=env or _env(), input=stdin, stdout=subprocess.PIPE,
+                     stderr=subprocess.STDOUT, text=True, timeout=600)
   return Run(cmd, p.returncode, p.stdout)
+
+
+def _start(cmd, output=subprocess.PIPE) -> subprocess.Popen:
+  return subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=output, stderr=subprocess.STDOUT,
+                          text=True)
+
+
+def _finish(proc: subprocess.Popen, cmd, seen: str = "") -> Run:
+  out = proc.communicate(timeout=600)[0]
+  return Run(cmd, proc.returncode, seen + out)
 
 
 def _wait_for(predicate, timeout=240.0, proc=None) -> bool:
@@ -88,9 +100,20 @@ def _metric_steps(workdir, split="train") -> list[int]:
   return [r["step"] for r in metrics.read_rows(workdir, split)]
 
 
-def _tree(workdir) -> list[tuple]:
-  return sorted((os.path.relpath(os.path.join(r, f), workdir), os.stat(os.path.join(r, f)).st_mtime_ns)
-                for r, _, fs in os.walk(workdir) for f in fs)
+def _tree(folder) -> list[tuple]:
+  """Every folder (by name) and file (with its modification time) below `folder`."""
+  out = []
+  for root, dirs, names in os.walk(folder):
+    out += [(os.path.relpath(os.path.join(root, d), folder) + "/",) for d in dirs]
+    out += [(os.path.relpath(os.path.join(root, f), folder),
+             os.stat(os.path.join(root, f)).st_mtime_ns) for f in names]
+  return sorted(out)
+
+
+def _folder(name: str) -> str:
+  """A folder name for a case (letters, digits and '_' only: no flag text in the paths a
+  message repeats, which would satisfy a check by itself)."""
+  return "".join(c if c.isalnum() else "_" for c in name).strip("_")
 
 
 def _with_vocab(scratch, name) -> str:
@@ -106,227 +129,187 @@ def _with_vocab(scratch, name) -> str:
   return workdir
 
 
-def _result(ok: bool, shown: Run, checks: dict, *others: Run) -> dict:
-  return {"ok": bool(ok), "run": shown, "checks": checks, "others": list(others)}
+def _trained(scratch, name: str) -> str:
+  """A copy (scratch/name) of one finished 6-step run (checkpoints 2, 4, 6), trained once."""
+  source = os.path.join(scratch, "_trained6")
+  if not os.path.isdir(os.path.join(source, "checkpoints")):
+    shutil.rmtree(source, ignore_errors=True)
+    r = run(_train_cmd(_with_vocab(scratch, "_trained6"), "--config.train.num_steps=6"))
+    if r.returncode != 0:
+      raise RuntimeError(f"the 6-step run failed: {r.last}")
+  workdir = os.path.join(scratch, name)
+  shutil.copytree(source, workdir)
+  return workdir
 
 
-# ----------------------------------------------------------------------------------------- cases
-
-def _two_runs(scratch, name, prepare_steps: int, second_args=None):
-  """A run held mid-way (SIGSTOP) while a second command (the same one by default) tries the
-  workdir, as from a second terminal; then the first goes on."""
-  workdir = _with_vocab(scratch, name)
-  if prepare_steps:
-    run(_train_cmd(workdir, f"--config.train.num_steps={prepare_steps}"))
-  cmd = _train_cmd(workdir, "--config.train.num_steps=20")
-  first = subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True)
-  _wait_for(lambda: os.path.exists(os.path.join(workdir, "workdir.lock")), proc=first)
-  first.send_signal(signal.SIGSTOP)
-  try:
-    before = _tree(workdir)
-    second = run(_cli(*second_args(workdir)) if second_args else cmd)
-    untouched = _tree(workdir) == before and not os.path.exists(os.path.join(workdir, "averaged"))
-  finally:
-    first.send_signal(signal.SIGCONT)
-  first_run = Run(cmd, None, first.communicate(timeout=600)[0])
-  first_run.returncode = first.returncode
-  checks = {"second refused in one line naming the holder": second.one_line_error(
-                f"in use by pid {first.pid} on host", "since", "training"),
-            "nothing in the workdir changed": untouched,
-            "first run finished (exit 0)": first_run.returncode == 0,
-            "each train step once in metrics.jsonl": _metric_steps(workdir) == list(range(2, 21, 2)),
-            "newest checkpoint is step 20": _steps(workdir)[-1:] == [20]}
-  return _result(all(checks.values()), second, checks, first_run)
+def _garble(workdir: str, step: int = 6) -> None:
+  """Checkpoint `step`'s state metadata garbled (its data position intact), as a bad disk does."""
+  for r, _, fs in os.walk(os.path.join(workdir, "checkpoints", str(step), "state")):
+    for f in fs:
+      if f.endswith(("_METADATA", "manifest.ocdbt")):
+        with open(os.path.join(r, f), "wb") as g:
+          g.write(b"\x00garbage")
 
 
-@case("two runs on a fresh workdir", "second: exit 2, one line naming the holder (host, pid, start); "
-      "first finishes; workdir untouched by the second")
-def two_runs_fresh(scratch):
-  return _two_runs(scratch, "two_fresh", 0)
+def _result(shown: Run | None, checks: dict, *others: Run) -> dict:
+  return {"ok": all(checks.values()), "run": shown, "checks": checks, "others": list(others)}
 
 
-@case("two runs on a workdir with checkpoints", "as above, on a workdir that already has checkpoints")
-def two_runs_with_checkpoints(scratch):
-  return _two_runs(scratch, "two_ckpt", 4)
+def _skipped(why: str) -> dict:
+  return {"ok": None, "run": None, "checks": {f"skipped: {why}": True}, "others": []}
 
 
-@case("average while training", "--mode=average on a held workdir: exit 2, one line naming the "
-      "training run; no averaged/ folder")
-def average_while_training(scratch):
-  return _two_runs(scratch, "avg_busy", 4,
-                   lambda w: ["--mode=average", f"--workdir={w}", "--average=2"])
+def _mounted_tmpfs(folder: str, size: str) -> bool:
+  os.makedirs(folder)
+  return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", folder],
+                        capture_output=True).returncode == 0
 
 
-@case("stale lock of another host", "a lock whose heartbeat is an hour old is taken over with "
-      "one warning line; the run trains")
-def stale_lock_other_host(scratch):
-  workdir = _with_vocab(scratch, "stale_other")
-  lock = os.path.join(workdir, "workdir.lock")
-  with open(lock, "w") as f:
-    json.dump({"host": "gone-host", "pid": 1, "started": "2026-01-01T00:00:00+00:00",
-               "command": "main.py", "purpose": "training", "token": "x"}, f)
-  os.utime(lock, (time.time() - 3600,) * 2)
-  r = run(_train_cmd(workdir, "--config.train.num_steps=2"))
-  checks = {"exit 0": r.returncode == 0,
-            "one warning line": sum("took over the stale lock" in l for l in r.lines) == 1,
-            "lock released": not os.path.exists(lock)}
-  return _result(all(checks.values()), r, checks)
+# ------------------------------------------------------------------------------ the refusals
+
+@dataclasses.dataclass(frozen=True)
+class Refusal:
+  """A command that must stop in one line holding `words`, with no traceback, no `absent` text
+  and nothing written in the case's folder. In `args`, {dir} is that folder, {new} a workdir in
+  it that must not appear, {w} (with `trained`) a copy there of the 6-step run, TINY the tiny
+  model's flags. `prepare(dir)` sets the folder up before the command runs."""
+  name: str
+  expectation: str
+  args: tuple[str, ...]
+  words: tuple[str, ...]
+  trained: bool = False
+  module: str = "transformer_jax.main"
+  prepare: Callable[[str], object] | None = None
+  stdin: str | None = None
+  env: dict | None = None
+  absent: tuple[str, ...] = ()
+
+  def __call__(self, scratch: str) -> dict:
+    folder = os.path.join(scratch, _folder(self.name))
+    workdir = os.path.join(folder, "run")
+    if self.trained:
+      _trained(scratch, os.path.relpath(workdir, scratch))
+    else:
+      os.makedirs(folder)
+    if self.prepare:
+      self.prepare(folder)
+    before = _tree(folder)
+    args = [a.format(dir=folder, new=os.path.join(folder, "new"), w=workdir) for a in self.args]
+    cmd = _cli(*[f for a in args for f in (tiny_flags() if a == TINY else [a])],
+               module=self.module)
+    r = run(cmd, env=_env(**(self.env or {})), stdin=self.stdin)
+    checks = {"one-line error": r.one_line_error(*self.words), "no traceback": r.clean,
+              "nothing written": _tree(folder) == before}
+    checks.update({f"no '{text}' in the output": text not in r.output for text in self.absent})
+    return _result(r, checks)
 
 
-@case("kill -9 then resume", "the resume takes over the dead run's lock (one line), drops the "
-      "metric lines past the restored step: each step once")
-def kill9_resume(scratch):
-  workdir = _with_vocab(scratch, "kill9")
-  cmd = _train_cmd(workdir, "--config.train.num_steps=12", "--config.train.checkpoint_every_steps=4")
-  proc = subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL)
-  _wait_for(lambda: bool(_steps(workdir)) and max(_metric_steps(workdir) or [0]) > max(_steps(workdir)),
-            proc=proc)
-  proc.send_signal(signal.SIGKILL)
-  proc.communicate()
-  before = _metric_steps(workdir)
-  restored = max(_steps(workdir) or [0])
-  r = run(cmd)
-  checks = {"killed run had logged past its checkpoint": max(before or [0]) > restored,
-            "exit 0": r.returncode == 0,
-            "stale lock taken over (one line)": sum("took over the stale lock" in l for l in r.lines) == 1,
-            f"resumed from step {restored}": f"resuming from the checkpoint at step {restored}" in r.output,
-            "each train step once": _metric_steps(workdir) == list(range(2, 13, 2))}
-  return _result(all(checks.values()), r, checks)
+def _file(name: str):
+  """prepare: an empty file `name` in the case's folder."""
+  return lambda folder: open(os.path.join(folder, name), "w").close()
 
 
-@case("disk full (4 MB tmpfs workdir)", "exit 2, one line (what, where, free space), last good "
-      "checkpoint kept, no partial *-tmp folder")
-def disk_full(scratch):
-  workdir = os.path.join(scratch, "full")
-  os.makedirs(workdir)
-  mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", workdir],
-                           capture_output=True).returncode == 0
-  if not mounted:
-    return {"ok": None, "run": None, "checks": {"skipped: mount not permitted": True}, "others": []}
-  try:
-    src = _with_vocab(scratch, "full_vocab_src")
-    shutil.copytree(os.path.join(src, "vocab"), os.path.join(workdir, "vocab"))
-    r = run(_train_cmd(workdir, "--config.train.num_steps=100"))
-    names = os.listdir(os.path.join(workdir, "checkpoints"))
-    checks = {"one-line error": r.one_line_error("No space left on device", "MiB free", "is kept"),
-              "at most 3 lines of output": len(r.lines) <= 3,
-              "no partial folder": not [n for n in names if "tmp" in n],
-              "good checkpoints remain": bool(_steps(workdir))}
-    return _result(all(checks.values()), r, checks)
-  finally:
-    subprocess.run(["umount", "-l", workdir], check=False)
+def _garbled(folder: str) -> None:
+  _garble(os.path.join(folder, "run"))
 
 
-@case("divergence (learning_rate_scale=1e6)", "a warning with the step when the loss exceeds 4x "
-      "its minimum (or a non-finite stop); never a silent exit 0")
-def divergence(scratch):
-  workdir = _with_vocab(scratch, "diverge")
-  r = run(_train_cmd(workdir, "--config.train.num_steps=40", "--config.train.learning_rate_scale=1e6"))
-  warned = any(l.startswith("warning: loss") and "at step" in l for l in r.lines)
-  stopped = r.one_line_error("non-finite", "at step")
-  checks = {"warned once with the step, or stopped naming the step": (warned and r.returncode == 0
-                                                                      and sum(l.startswith("warning: loss") for l in r.lines) == 1) or stopped}
-  return _result(all(checks.values()), r, checks)
+def _without_checkpoints(folder: str) -> None:
+  for name in ("checkpoints", "tb"):
+    shutil.rmtree(os.path.join(folder, "run", name))
 
 
-@case("NaN run (learning_rate_scale=1e30, a checkpoint every step)", "exit 2 naming the step; "
-      "only the checkpoints before it (a good run resumed with that rate: refused, see below)")
-def nan_run(scratch):
-  workdir = _with_vocab(scratch, "nan")
-  r = run(_train_cmd(workdir, "--config.train.num_steps=40", "--config.train.learning_rate_scale=1e30",
-                     "--config.train.checkpoint_every_steps=1"))
-  bad = int(r.last.split("at step")[1].split(";")[0]) if "at step" in r.last else 0
-  checks = {"one-line error with the step": r.one_line_error("non-finite", "at step"),
-            "checkpoints only before that step": bool(_steps(workdir))
-            and all(s < bad for s in _steps(workdir))}
-  return _result(all(checks.values()), r, checks)
+def _other_vocab(folder: str) -> None:
+  """The trained run's vocabulary replaced by another of the same size (trained once)."""
+  other = os.path.join(os.path.dirname(folder), "_other_vocab")
+  if not os.path.isdir(other):
+    r = run(_train_cmd(other, "--mode=vocab", "--config.data.vocab_train_sentences=3000"))
+    if r.returncode != 0:
+      raise RuntimeError(f"the other vocabulary failed: {r.last}")
+  shutil.rmtree(os.path.join(folder, "run", "vocab"))
+  shutil.copytree(os.path.join(other, "vocab"), os.path.join(folder, "run", "vocab"))
 
 
-@case("data error on a workdir with a run", "exit 2, one line; config.json untouched; no empty "
-      "checkpoints/ or tb/")
-def data_error(scratch):
-  workdir = _with_vocab(scratch, "data_error")
-  run(_train_cmd(workdir, "--config.train.num_steps=2"))
-  shutil.rmtree(os.path.join(workdir, "checkpoints"))
-  shutil.rmtree(os.path.join(workdir, "tb"))
-  before = _tree(workdir)
-  r = run(_train_cmd(workdir, "--config.data.train_files=no_such_split"))
-  checks = {"one-line error": r.one_line_error("no_such_split"),
-            "workdir unchanged (config.json, metrics, no empty folders)": _tree(workdir) == before
-            and sorted(os.listdir(workdir)) == ["config.json", "metrics.jsonl", "vocab"]}
-  return _result(all(checks.values()), r, checks)
-
-
-@case("max_train_minutes across a resume", "the second identical run finds the budget spent and "
-      "trains nothing; a budget 0.01 s above the time used adds one step, not the budget again")
-def wall_time(scratch):
-  workdir = _with_vocab(scratch, "budget")
-  flags_ = ["--config.train.num_steps=100000", "--config.train.checkpoint_every_steps=1000"]
-  first = run(_train_cmd(workdir, *flags_, "--config.train.max_train_minutes=0.05"))
-  stopped = _steps(workdir)
-  again = run(_train_cmd(workdir, *flags_, "--config.train.max_train_minutes=0.05"))
-
-  def seconds(step):
-    with open(os.path.join(workdir, "checkpoints", str(step), "progress", "metadata")) as f:
-      return json.load(f)["train_seconds"]
-  # `budget` in all, not `budget` more: whatever the machine's load, the third run stops after
-  # its first step (as tests/test_train_reliability.py checks it)
-  budget = seconds(stopped[0]) + 0.01 if stopped else 6.0
-  more = run(_train_cmd(workdir, *flags_, f"--config.train.max_train_minutes={budget / 60}"))
-  final = _steps(workdir)[-1]
-  checks = {"first stopped on time": first.returncode == 0 and "max_train_minutes reached" in first.output,
-            "second: already used up, nothing trained": again.returncode == 0
-            and "already used up" in again.output and _steps(workdir)[:1] == stopped[:1],
-            "third: one step more, the budget counted in all": bool(stopped)
-            and final == stopped[0] + 1 and seconds(final) >= budget}
-  return _result(all(checks.values()), again, checks, first, more)
-
-
-@case("eval with a corrupt newest checkpoint", "exit 2, one line naming the cause and suggesting "
-      "--step=N (or --average)")
-def corrupt_eval(scratch):
-  workdir = _with_vocab(scratch, "corrupt")
-  run(_train_cmd(workdir, "--config.train.num_steps=6"))
-  state = os.path.join(workdir, "checkpoints", "6", "state")
-  files = [os.path.join(r, f) for r, _, fs in os.walk(state) for f in fs]
-  for f in files:
-    if f.endswith(("_METADATA", "manifest.ocdbt")):
-      with open(f, "wb") as g:
-        g.write(b"\x00garbage")
-  r = run(_cli("--mode=eval", f"--workdir={workdir}", "--split=validation", "--bleu_sentences=4"))
-  checks = {"one line with the cause and --step=4": r.one_line_error("cannot be read (", "--step=4",
-                                                                     "--average")}
-  return _result(all(checks.values()), r, checks)
-
-
-def _mistake(name, expectation, args, *needles, env=None, setup=None):
-  @case(name, expectation)
-  def fn(scratch):
-    extra = setup(scratch) if setup else []
-    cmd = _cli(*args(scratch), *extra)
-    r = run(cmd, env=env)
-    workdirs = [a.split("=", 1)[1] for a in cmd if a.startswith("--workdir=")]
-    checks = {"one-line error": r.one_line_error(*needles),
-              "no workdir left behind": not any(os.path.exists(w) for w in workdirs)}
-    return _result(all(checks.values()), r, checks)
-  return fn
-
-
-_mistake("config file missing", "one line naming the file",
-         lambda s: ["--config=configs/nope.py", f"--workdir={s}/nope"], "configs/nope.py", "not found")
-_mistake("unknown config variant", "one line with the config's own reason",
-         lambda s: ["--config=configs/multi30k.py:long", f"--workdir={s}/long"], "multi30k.py:long", "long")
-_mistake("unknown key", "one line with did-you-mean",
-         lambda s: [f"--workdir={s}/k", *tiny_flags(), "--config.model.d_modle=64"], "did you mean 'd_model'")
-_mistake("bad value", "one line naming the key",
-         lambda s: [f"--workdir={s}/v", *tiny_flags(), "--config.train.num_steps=many"], "train.num_steps")
-_mistake("missing --workdir", "one line",
-         lambda s: tiny_flags(), "--workdir is required")
-_mistake("unwritable workdir", "one line naming the workdir",
-         lambda s: [f"--workdir={s}/a_file/workdir", *tiny_flags()], "not writable",
-         setup=lambda s: open(os.path.join(s, "a_file"), "w").close() or [])
-_mistake("missing data dir", "one line naming the folder",
-         lambda s: [f"--workdir={s}/nodata", *tiny_flags()], "/no/such/data",
-         env=_env(TRANSFORMER_JAX_DATA_DIR="/no/such/data"))
+_SWEEP = ("--sweep=experiments/table3.py", "--scale=tiny", "--rows=base")
+_GARBLED = "exit 2, the one line with the cause and --step=4; no 'Event loop is closed' tracebacks"
+REFUSALS = [
+    Refusal("config file missing", "one line naming the file",
+            ("--config=configs/nope.py", "--workdir={new}"), ("configs/nope.py", "not found")),
+    Refusal("unknown config variant", "one line with the config's own reason",
+            ("--config=configs/multi30k.py:long", "--workdir={new}"), ("multi30k.py:long", "long")),
+    Refusal("unknown key", "one line with did-you-mean",
+            ("--workdir={new}", TINY, "--config.model.d_modle=64"), ("did you mean 'd_model'",)),
+    Refusal("bad value", "one line naming the key",
+            ("--workdir={new}", TINY, "--config.train.num_steps=many"), ("train.num_steps",)),
+    Refusal("missing --workdir", "one line", (TINY,), ("--workdir is required",)),
+    Refusal("unwritable workdir", "one line naming the workdir",
+            ("--workdir={dir}/a_file/workdir", TINY), ("not writable",), prepare=_file("a_file")),
+    Refusal("missing data dir", "one line naming the folder", ("--workdir={new}", TINY),
+            ("/no/such/data",), env={"TRANSFORMER_JAX_DATA_DIR": "/no/such/data"}),
+    Refusal("data error on a workdir with a run", "exit 2, one line; config.json untouched; no "
+            "empty checkpoints/ or tb/", ("--workdir={w}", TINY,
+                                          "--config.data.train_files=no_such_split"),
+            ("no_such_split",), trained=True, prepare=_without_checkpoints),
+    Refusal("branch from an unreadable step", "exit 2, one line before anything is copied; no "
+            "branch workdir, the source untouched",
+            ("--workdir={new}", "--branch_from={w}", "--step=6", "--config.train.num_steps=8"),
+            ("cannot branch from step 6", "cannot be read"), trained=True, prepare=_garbled,
+            absent=("branched",)),
+    Refusal("resume with dropout 0.3 (trained with 0.1)", "exit 2, one line naming the key and "
+            "both values; nothing written",
+            ("--workdir={w}", TINY, "--config.train.num_steps=8",
+             "--config.model.dropout_rate=0.3"),
+            ("config key 'model.dropout_rate'", "0.3", "trained with 0.1"), trained=True),
+    Refusal("resume with learning_rate_scale=1e30 after a good run", "exit 2 before training: "
+            "another rate would change the finished steps; config.json and checkpoints untouched",
+            ("--workdir={w}", TINY, "--config.train.num_steps=8",
+             "--config.train.learning_rate_scale=1e30"),
+            ("config key 'train.learning_rate_scale'", "trained with"), trained=True),
+    Refusal("resume with a replaced vocabulary of the same size", "exit 2, one line: not the "
+            "vocabulary the checkpoint was trained with",
+            ("--workdir={w}", TINY, "--config.train.num_steps=8"),
+            ("is not the vocabulary the checkpoint at step 6",), trained=True,
+            prepare=_other_vocab),
+    Refusal("translate into a missing folder", "exit 2, one line naming the folder, before the "
+            "model is loaded or anything decoded",
+            ("--mode=translate", "--workdir={w}", "--output={dir}/no_such_dir/x.txt"),
+            ("no_such_dir", "does not exist"), trained=True, stdin="A man rides a bike.\n" * 20,
+            absent=("translate:",)),
+    Refusal("eval --bleu_sentences=-1", "exit 2, one line; no partial report under the "
+            "whole-set name", ("--workdir={w}", "--mode=eval", "--split=validation",
+                               "--bleu_sentences=-1"), ("bleu_sentences",), trained=True),
+    Refusal("eval --config.decode.alpha=nan", "exit 2, one line naming the key",
+            ("--workdir={w}", "--mode=eval", "--split=validation", "--config.decode.alpha=nan"),
+            ("decode.alpha", "finite"), trained=True),
+    Refusal("average --average=0", "exit 2, one line about K=0 (not silently 5)",
+            ("--workdir={w}", "--mode=average", "--average=0"), ("--average=0", "K >= 1"),
+            trained=True),
+    Refusal("translate --step=-1", "exit 2, one line naming the flag",
+            ("--workdir={w}", "--mode=translate", "--step=-1"), ("--step=-1",), trained=True,
+            stdin="A man.\n"),
+    Refusal("negative seed", "exit 2, one line naming the key and its range",
+            ("--workdir={new}", TINY, "--config.seed=-1"), ("'seed'", "-1")),
+    Refusal("oversized seed (2**40)", "exit 2, one line naming the key and its range",
+            ("--workdir={new}", TINY, f"--config.seed={2**40}"), ("'seed'", str(2**40))),
+    Refusal("train.peak_flops=inf", "exit 2, one line: a finite number",
+            ("--workdir={new}", TINY, "--config.train.peak_flops=inf"),
+            ("train.peak_flops", "finite")),
+    Refusal("eval with a garbled newest checkpoint", _GARBLED + " (it suggests --average too)",
+            ("--workdir={w}", "--mode=eval", "--split=validation", "--bleu_sentences=4"),
+            ("cannot be read (", "--step=4", "--average"), trained=True, prepare=_garbled),
+    Refusal("translate with a garbled newest checkpoint", _GARBLED,
+            ("--workdir={w}", "--mode=translate"), ("cannot be read", "--step=4"), trained=True,
+            prepare=_garbled, stdin="A man.\n"),
+    Refusal("average with a garbled newest checkpoint", _GARBLED,
+            ("--workdir={w}", "--mode=average", "--average=2"), ("cannot be read", "--step=4"),
+            trained=True, prepare=_garbled),
+    Refusal("eval on empty --source/--reference files", "exit 2, one line naming the files (no "
+            "IndexError)", ("--workdir={w}", "--mode=eval", "--source={dir}/empty.en",
+                            "--reference={dir}/empty.en"), ("empty.en", "no lines"),
+            trained=True, prepare=_file("empty.en")),
+    Refusal("sweep runner --out naming a file", "exit 2, one line naming the flag; nothing "
+            "written (no sweep.json)", (*_SWEEP, "--out={dir}/file", "--results_dir={new}"),
+            ("--out", "is a file"), module="experiments.run", prepare=_file("file")),
+    Refusal("sweep runner --results_dir naming a file", "exit 2, one line naming the flag; "
+            "nothing written (no sweep.json)", (*_SWEEP, "--out={new}", "--results_dir={dir}/file"),
+            ("--results_dir", "is a file"), module="experiments.run", prepare=_file("file")),
+]

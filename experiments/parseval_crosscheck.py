@@ -17,7 +17,7 @@ import os
 import random
 
 import nltk
-from PYEVALB import parser as pyevalb_parser, scorer as pyevalb_scorer
+from PYEVALB import scorer as pyevalb_scorer
 
 from transformer_jax import parseval
 from transformer_jax.data import trees

@@ -107,15 +107,11 @@ def resolve_training_command(command: str) -> dict:
 def settings_difference(recorded: dict, resolved: dict, ignore=frozenset()) -> str:
   """The first key whose value differs ('key: X recorded, Y at HEAD'); a key the code gained
   later at its default is no difference, a key it lost is."""
-  for key in sorted(set(recorded) | set(resolved)):
-    if key in ignore or recorded.get(key) == resolved.get(key):
-      continue
-    if key not in recorded and results_files.added_later_at_default(key, resolved, recorded):
-      continue
-    if key not in resolved:
-      return f"{key}: {recorded[key]!r} recorded, no such key at HEAD"
-    return f"{key}: {recorded.get(key)!r} recorded, {resolved[key]!r} at HEAD"
-  return ""
+  key = results_files.differing_key(resolved, recorded, ignore)
+  if key is None:
+    return ""
+  at_head = f"{resolved[key]!r} at HEAD" if key in resolved else "no such key at HEAD"
+  return f"{key}: {recorded.get(key)!r} recorded, {at_head}"
 
 
 @functools.lru_cache(maxsize=None)

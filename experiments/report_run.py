@@ -30,7 +30,7 @@ import sys
 
 from absl import flags
 
-from experiments import plots, results_files
+from experiments import plots, results_files, row_runs
 from transformer_jax import errors, markdown, metrics, workdir as workdir_lib
 from transformer_jax.config import ConfigError
 
@@ -118,9 +118,8 @@ def evaluate(workdir: str, split: str, step: int, *, average: int = 0, bleu_sent
     if earlier is not None:
       print(f"reusing {path} (written after the checkpoint, same decode settings)", flush=True)
       return earlier
-  cmd = [sys.executable, "-m", "transformer_jax.main", "--mode=eval", f"--workdir={workdir}",
-         f"--split={split}", f"--step={step}", f"--average={average}",
-         f"--bleu_sentences={bleu_sentences}"]
+  cmd = row_runs.eval_command(workdir, split, bleu_sentences=bleu_sentences, step=step,
+                             average=average, python=sys.executable)
   rc = subprocess.run(cmd, check=False).returncode
   if rc:
     sys.exit(rc)

@@ -10,6 +10,7 @@ its change over the last quarter, timing, machine, hypotheses) and the dev refer
 from __future__ import annotations
 
 import datetime
+import glob
 import hashlib
 import json
 import os
@@ -45,17 +46,27 @@ def added_later_at_default(key: str, ours: dict, theirs: dict) -> bool:
 _LAUNCH_FIELDS = ("hash", "overrides")
 
 
+def differing_key(ours: dict, theirs: dict, ignore=frozenset()) -> str | None:
+  """The first key (in order) whose value differs, but for `ignore` and a key the code gained
+  after `theirs` was written, at its default; None if none."""
+  for key in sorted(set(ours) | set(theirs)):
+    if key not in ignore and ours.get(key) != theirs.get(key) and not added_later_at_default(
+        key, ours, theirs):
+      return key
+  return None
+
+
 def protocol_difference(ours: dict, theirs: dict) -> str:
   """The first field in which two protocols differ ('field: theirs there, ours now'); '' if none."""
   for key in ours:
     if key in _LAUNCH_FIELDS:
       continue
     a, b = ours.get(key), (theirs or {}).get(key)
-    if isinstance(a, dict) and isinstance(b, dict):
-      for sub in sorted(set(a) | set(b)):
-        if a.get(sub) != b.get(sub) and not added_later_at_default(sub, a, b):
-          return f"{key}.{sub}: {b.get(sub)!r} there, {a.get(sub)!r} now"
-    elif a != b:
+    both = isinstance(a, dict) and isinstance(b, dict)
+    sub = differing_key(a, b) if both else None
+    if sub:
+      return f"{key}.{sub}: {b.get(sub)!r} there, {a.get(sub)!r} now"
+    if not both and a != b:
       return f"{key}: {b!r} there, {a!r} now"
   return ""
 
@@ -96,11 +107,11 @@ def load_results(results_dir: str) -> dict[str, dict[int, dict]]:
 def load_states(out: str) -> dict[tuple[str, int], dict]:
   """{(row, seed): OUT/<row>/seed<k>/status.json} (failed and unfinished runs say why)."""
   states = {}
-  for row in sorted(os.listdir(out)) if out and os.path.isdir(out) else []:
-    for sub in sorted(os.listdir(os.path.join(out, row))) if os.path.isdir(os.path.join(out, row)) else []:
-      state = read_json(os.path.join(out, row, sub, "status.json"))
-      if state and sub.startswith("seed"):
-        states[(row, state.get("seed"))] = state
+  for path in sorted(glob.glob(os.path.join(glob.escape(out), "*", "seed*", "status.json"))
+                     if out else []):
+    state = read_json(path)
+    if state:
+      states[(os.path.basename(os.path.dirname(os.path.dirname(path))), state.get("seed"))] = state
   return states
 
 

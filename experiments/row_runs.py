@@ -195,6 +195,17 @@ def protocol(res: Resolved, sweep: ml_collections.ConfigDict) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- commands
 
+def eval_command(workdir: str, split: str = "validation", *, bleu_sentences: int = 0,
+                 step: int | None = None, average: int | None = None,
+                 python: str = "python") -> list[str]:
+  """The one evaluation of a trained run: the evaluation CLI on `split`, the newest checkpoint
+  (or `step`, or the average of the last `average` up to it)."""
+  return [python, "-m", "transformer_jax.main", "--mode=eval", f"--workdir={workdir}",
+          f"--split={split}", *([] if step is None else [f"--step={step}"]),
+          *([] if average is None else [f"--average={average}"]),
+          f"--bleu_sentences={bleu_sentences}"]
+
+
 def train_command(res: Resolved, workdir: str, launcher: str = "local",
                   python: str = "python", seed: int | None = None) -> list[str]:
   """The command that trains one row (with `seed`: that seed): the CLI itself, or through

@@ -82,14 +82,6 @@ _PARALLEL = flags.DEFINE_integer("parallel", 1, "Runs at a time, each on its own
 _ROW_TIMEOUT = flags.DEFINE_float("row_timeout_minutes", 0.0, "Stop a run's training after this long "
                                   "(checkpoint saved, recorded as unfinished; 0: no limit).")
 
-# ----------------------------------------------------------------------------- the evaluation
-
-def eval_command(workdir: str, bleu_sentences: int, python: str = "python") -> list[str]:
-  """The one evaluation of a trained run: the evaluation CLI on the dev split, newest checkpoint."""
-  return [python, "-m", "transformer_jax.main", "--mode=eval", f"--workdir={workdir}",
-          "--split=validation", f"--bleu_sentences={bleu_sentences}"]
-
-
 # ----------------------------------------------------------------------------- the shared vocabulary
 
 def _vocab_cache(out: str, config) -> str:
@@ -161,7 +153,8 @@ def run_one(res: row_runs.Resolved, seed: int, out: str, results_dir: str, proto
   workdir = _workdir(out, res.row_id, seed)
   os.makedirs(workdir, exist_ok=True)
   train_cmd = row_runs.train_command(res, workdir, python=sys.executable, seed=seed)
-  eval_cmd = eval_command(workdir, res.bleu_sentences, python=sys.executable)
+  eval_cmd = row_runs.eval_command(workdir, bleu_sentences=res.bleu_sentences,
+                                  python=sys.executable)
   timing_path = os.path.join(workdir, "timing.json")
   timing = results_files.close_killed_attempt(
       dict({"train_seconds": 0.0, "train_attempts": 0, "eval_seconds": 0.0},
