@@ -169,7 +169,7 @@ def report_markdown(sweep, scale_name: str, rows: list[dict], results: dict, rea
             f"(clear when the paper's |ΔPPL| ≥ {verdicts.PPL_CLEAR:g}, |ΔBLEU| ≥ "
             f"{verdicts.BLEU_CLEAR:g}), ✗ beyond it the other way or where the paper shows no "
             "change, = within it (= ✓ where the paper shows no change). p: paired bootstrap of the row's sacreBLEU against base's "
-            "(sacreBLEU, 1000 resamples, seed 0 of each). Params at paper scale: the exact count "
+            "(sacreBLEU, 1000 resamples, pooled over the seeds both ran: row seed k against base seed k). Params at paper scale: the exact count "
             "of the row at the paper's widths and a 37000-piece vocabulary.", ""]
   lines.append(markdown.table(
       ["row", "PPL paper", "PPL ours", "ΔPPL vs base", "PPL", "BLEU paper", "BLEU ours",

@@ -6,7 +6,8 @@ The rules (the report, experiments/report.py, prints them beside each row):
 - the verdict (`verdict`): with noise = the larger of the row's and base's ranges over seeds, ✓
   when |ours - base| > noise in the paper's direction, ✗ when beyond the noise the other way (or
   when the paper's row is '=' and ours moved), '=' within the noise ('= ✓' for a '=' row);
-- the paired bootstrap p-value of the row's BLEU against base's (sacreBLEU, seed 0 of each);
+- the paired bootstrap p-value of the row's BLEU against base's (sacreBLEU), pooled over seeds:
+  the translations of every seed both ran, concatenated, row seed k paired with base seed k;
 - convergence: the row's dev perplexity relative to base's halfway through training and at the
   end (`gap`: a gap that is still closing says the ordering could change with a longer run), and
   the PPL verdict at two thirds of training (each run's evaluation nearest 2/3 of its steps): a
@@ -78,12 +79,17 @@ def verdict(expected, row_values: list[float], base_values: list[float]) -> dict
   return {"delta": delta, "noise": noise, "verdict": mark}
 
 
-def p_value(base: dict, row: dict, references: list[str]):
-  """Paired bootstrap p-value of `row`'s sacreBLEU against `base`'s (same dev sentences)."""
+def p_value(base: dict[int, dict], row: dict[int, dict], references: list[str]):
+  """Paired bootstrap p-value of a row's sacreBLEU against base's, pooled over the seeds both
+  ran (`base`, `row`: seed -> result): each seed's translations of the same dev sentences,
+  concatenated, row seed k against base seed k; None without a seed in common."""
   from transformer_jax import bleu  # pylint: disable=g-import-not-at-top
-  if not references or len(base["hypotheses"]) != len(references) != len(row["hypotheses"]):
+  seeds = sorted(set(base) & set(row))
+  if not references or not seeds or any(
+      len(r[s]["hypotheses"]) != len(references) for r in (base, row) for s in seeds):
     return None
-  return bleu.paired_bootstrap(base["hypotheses"], row["hypotheses"], references)["bleu"]["p_value"]
+  pooled = lambda runs: [h for s in seeds for h in runs[s]["hypotheses"]]  # noqa: E731
+  return bleu.paired_bootstrap(pooled(base), pooled(row), references * len(seeds))["bleu"]["p_value"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -162,9 +168,9 @@ def summarize(sweep, results: dict, planned: dict[str, list[int]], references, s
       row["ppl_verdict_two_thirds"] = early or None
     else:
       row["ppl_verdict_two_thirds"] = None
-    row["p_value"] = (p_value(results["base"][base["seeds"][0]],
-                              results[row["row"]][row["seeds"][0]], references)
-                      if compared and row["seeds"] and base["seeds"] else None)
+    row["p_value"] = (p_value({s: results["base"][s] for s in base["seeds"]},
+                              {s: results[row["row"]][s] for s in row["seeds"]}, references)
+                      if compared else None)
   return out
 
 

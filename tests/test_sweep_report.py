@@ -8,6 +8,7 @@ import pytest
 from experiments import report, row_runs, sweeps, verdicts
 from tests.common import table_row
 from tests.sweep_fakes import TABLE3, FakeCLI, run_fake, sweep_cli
+from transformer_jax import bleu
 
 
 @pytest.fixture(scope="module")
@@ -180,3 +181,14 @@ def test_a_parsers_sweep_records_and_reports_bracket_f1(table3, tmp_path):
   cells = dict(zip(table_row(runs, "row"), table_row(runs, "base")))
   assert (cells["F1"], cells["P / R"], cells["repaired"]) == ("61.25", "60.00 / 62.50", "3")
   assert "sacreBLEU" not in table_row(runs, "row")
+
+
+def test_the_bleu_p_value_pools_the_seeds_both_ran():
+  refs = ["ein Hund läuft im Park .", "zwei Männer spielen Fußball .", "eine Frau liest ."] * 4
+  good = {s: {"hypotheses": list(refs)} for s in (0, 1, 2)}
+  worse = {s: {"hypotheses": [r.split()[0] + " ." for r in refs]} for s in (0, 1)}
+  p = verdicts.p_value(good, worse, refs)
+  expected = bleu.paired_bootstrap(refs * 2, [h for s in (0, 1) for h in worse[s]["hypotheses"]],
+                                   refs * 2)["bleu"]["p_value"]
+  assert p == expected  # base seed 2 has no partner: left out
+  assert verdicts.p_value(good, {3: worse[0]}, refs) is None  # no seed in common
