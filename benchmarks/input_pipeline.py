@@ -31,7 +31,8 @@ MODES = ("bucket", "pack", "pack-balanced")
 
 
 def data_dir() -> str:
-  return os.environ.get(DATA_DIR_ENV, "../shared/data")
+  """The data folder, as training reads it (TRANSFORMER_JAX_DATA_DIR, else the default)."""
+  return default_config().data.data_dir
 
 
 def corpus_config(name: str, tmp: str):
@@ -39,7 +40,7 @@ def corpus_config(name: str, tmp: str):
   corpus, (train, dev, test), eval_dir, vocab, max_len = CORPORA[name]
   c = default_config()
   d = c.data
-  d.data_dir, d.dataset, d.local_corpus, d.eval_data_dir = data_dir(), "local", corpus, eval_dir
+  d.dataset, d.local_corpus, d.eval_data_dir = "local", corpus, eval_dir
   d.train_files, d.eval_files, d.test_files = train, dev, test
   d.html_unescape = True
   d.tfds_data_dir = os.path.join(tmp, "tfds")
