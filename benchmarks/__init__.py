@@ -1,7 +1,6 @@
 """Benchmarks of transformer_jax (the library does not import this package).
 
-  TRANSFORMER_JAX_DATA_DIR=../shared/data python -m benchmarks [--profile] [--only=train,decode,data]
-  python -m benchmarks.flax_wmt --flax_wmt_dir=<flax checkout>/examples/wmt
+  TRANSFORMER_JAX_DATA_DIR=../shared/data python -m benchmarks [--profile] [--only=train,data]
 
 `python -m benchmarks` writes OUT.json and OUT.md (default experiments/results/bench) and prints
 the report. What it measures, in one process on the default jax device:
@@ -13,10 +12,12 @@ the report. What it measures, in one process on the default jax device:
   recomputation or overhead; MFU is against `metrics.measure_peak_flops` measured in the same
   run in the first entry's compute dtype. `--profile`: where the step's time goes
   (hlo_profile.py).
-- decode (decoding.py): beam-search throughput and the decoder step's cost vs cache position.
+- decode (decoding.py): beam-search throughput on random weights and random-id sentences.
 - data (input_pipeline.py): real-token share and throughput of the train iterator.
-`python -m benchmarks.flax_wmt` (flax_wmt.py) times the flax WMT example's train step and ours
-side by side. Timing on a shared machine means something only when it is idle: the other
-processes' CPU share before and after is recorded (report.py), and the report says when it was
-not idle.
+`python -m benchmarks.flax_wmt` (flax_wmt.py) and `python -m benchmarks.flax_wmt_decode` time the
+flax WMT example's train step and beam-search decoding beside ours (their code: flax_example.py);
+`python -m benchmarks.accelerator` checks a GPU/TPU host; `python -m benchmarks.parallel_runs`
+times sweep runs side by side. Timing on a shared machine means something only when it is
+idle: the other processes' CPU share before and after is recorded (report.py), and the report
+says when it was not idle.
 """

@@ -20,7 +20,7 @@ from transformer_jax.overrides import parse_overrides
 from benchmarks import decoding, input_pipeline, report, train_step
 
 PARTS = ("train", "decode", "data")
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 3: no HLO statistics, no decoder step vs position
 
 _ONLY = flags.DEFINE_list("only", [], f"parts to run, of {','.join(PARTS)} (default all)")
 _TRAIN = flags.DEFINE_list("train", ["multi30k:40x100", "base:8x128", "base:32x128"],
@@ -34,17 +34,9 @@ _PROFILE = flags.DEFINE_bool("profile", False,
 _PEAK_N = flags.DEFINE_integer("peak_n", 2048, "size of the peak-FLOP/s jnp.dot", lower_bound=1)
 _DECODE_CONFIG = flags.DEFINE_enum("decode_config", "base", ["base", "big", "multi30k", "tiny"],
                                    "model shapes for decoding (the config's own vocabulary)")
-_DECODE_DATA = flags.DEFINE_enum("decode_data", "newstest", ["newstest", "random"],
-                                 "newstest2014 sentences (needs the data folder) or random ids")
-_DECODE_TOKENIZER = flags.DEFINE_enum("decode_tokenizer", "spm", ["spm", "chars"],
-                                      "how newstest sentences become ids")
 _DECODE_SENTENCES = flags.DEFINE_integer("decode_sentences", 32, "sentences to decode",
                                          lower_bound=1)
 _DECODE_BATCH = flags.DEFINE_integer("decode_batch", 32, "sentences per batch", lower_bound=1)
-_DECODE_POSITIONS = flags.DEFINE_list("decode_positions", ["20", "200"],
-                                      "cache positions at which one decoder step is timed")
-_DECODE_REPEATS = flags.DEFINE_integer("decode_repeats", 5, "timed decoder steps per position",
-                                       lower_bound=1)
 _BEAM_SIZE = flags.DEFINE_integer("beam_size", 4, "beam size", lower_bound=1)
 _DATA = flags.DEFINE_list("data", ["multi30k:pack@4096", "wmt-news:bucket@25000"],
                           "input-pipeline entries CORPUS:MODE@TOKENS (CORPUS: multi30k, wmt-news; "
@@ -69,9 +61,6 @@ def run(override_args) -> dict:
     train_step.check_fits(config, length)
   if "train" in parts and not entries:
     raise ConfigError("--train: no entries")
-  if "decode" in parts:
-    decoding.check(_DECODE_CONFIG.value, _DECODE_DATA.value, _DECODE_TOKENIZER.value,
-                   _DECODE_POSITIONS.value)
   if "data" in parts:
     for e in _DATA.value:
       input_pipeline.parse_entry(e)
@@ -98,9 +87,8 @@ def run(override_args) -> dict:
   if "decode" in parts:
     print("decode ...", flush=True)
     result["decode"] = decoding.measure(
-        _DECODE_CONFIG.value, _DECODE_DATA.value, _DECODE_TOKENIZER.value, _DECODE_SENTENCES.value,
-        _DECODE_BATCH.value, [int(p) for p in _DECODE_POSITIONS.value], _DECODE_REPEATS.value,
-        _BEAM_SIZE.value, _SEED.value)
+        _DECODE_CONFIG.value, _DECODE_SENTENCES.value, _DECODE_BATCH.value, _BEAM_SIZE.value,
+        _SEED.value)
   if "data" in parts:
     print("data ...", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -112,9 +100,7 @@ def main(argv):
   if len(argv) > 1:
     raise ConfigError(f"unexpected arguments {' '.join(argv[1:])}")
   result = run(errors.OVERRIDE_ARGS)
-  text = report.markdown(result)
-  report.write(result, text, _OUT.value)
-  print(text)
+  report.write(result, report.markdown(result), _OUT.value)
 
 
 if __name__ == "__main__":

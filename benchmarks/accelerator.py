@@ -33,7 +33,6 @@ from absl import flags, logging
 from transformer_jax import attention, errors, metrics, sharding, step
 from transformer_jax.config import ConfigError, ModelConfig, validate
 from transformer_jax.overrides import load
-from transformer_jax.markdown import table
 
 from benchmarks import report, train_step
 
@@ -70,13 +69,12 @@ def time_step(config, description: str, length: int, steps: int, warmup: int) ->
   """Compiles and times the preset's train step; the benchmark's entry plus the attention lines."""
   devices = jax.device_count()
   rows, length = batch_shape(config, devices, length)
-  stepper = train_step.Stepper("preset", rows, length, config=config, description=description)
+  stepper = train_step.Stepper(description, rows, length, config=config, description=description)
   (samples,) = train_step.time_interleaved([stepper], steps, warmup)
   peak = config.train.peak_flops or metrics.measure_peak_flops(
       np.dtype(stepper.model_cfg.dtype))
   entry = stepper.entry(samples, warmup, peak)
   stepper.close()
-  entry.pop("hlo", None)
   entry["peak_flops_per_device"] = peak
   return entry
 
@@ -142,20 +140,17 @@ def run(override_args) -> dict:
 
 
 def markdown(r: dict) -> str:
-  lines = report.header("Accelerator acceptance", r)
   d = r["devices"]
-  lines += [f"Devices: {d['count']} x {d['kind']} ({d['backend']}, {d['processes']} process(es))",
-            "", "## Train step", ""]
-  rows = [[e["config"], e["batch"]["shape"], e["model"]["dtype"], f"{e['compile_s']:.1f}",
-           f"{e['step_s']['median']:.4f}", f"{e['target_tokens_per_s']:,.0f}",
-           f"{e['mfu']:.1%}", "; ".join(e["attention"])] for e in r["train"]]
-  lines += [table(["config", "batch", "dtype", "compile s", "s/step", "target tok/s", "MFU",
-                   "attention"], rows)]
+  lines = report.header("Accelerator acceptance", r) + [
+      f"Devices: {d['count']} x {d['kind']} ({d['backend']}, {d['processes']} process(es)); "
+      "MFU against each entry's peak per device: " + ", ".join(
+          f"{e['peak_flops_per_device'] / 1e12:.1f} TFLOP/s" for e in r["train"]) + ".", "",
+      "## Train step", "", *train_step.markdown(r["train"])]
   if r.get("memory"):
     m = r["memory"]
     gib = lambda b: f"{b / 2**30:.2f} GiB" if b is not None else "n/a"
     headroom = f"{m['headroom']:.0%}" if "headroom" in m else "n/a (the device reports no limit)"
-    lines += ["", "## Memory", "",
+    lines += ["## Memory", "",
               f"{m['config']} at {m['batch']}: the compiled train step needs "
               f"{gib(m.get('step_bytes'))} per device (temporaries {gib(m.get('temp_bytes'))}); "
               f"device limit {gib(m.get('device_bytes_limit'))}; headroom {headroom}."]
@@ -166,9 +161,7 @@ def main(argv):
   if len(argv) > 1:
     raise ConfigError(f"unexpected arguments {' '.join(argv[1:])}")
   result = run(errors.OVERRIDE_ARGS)
-  text = markdown(result)
-  report.write(result, text, FLAGS.out)
-  print(text)
+  report.write(result, markdown(result), FLAGS.out)
 
 
 if __name__ == "__main__":

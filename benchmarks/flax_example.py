@@ -1,13 +1,41 @@
-"""Loading the flax WMT example's own modules (models.py, train.py, decode.py) unchanged, for the
-side-by-side benchmarks (flax_wmt.py: the train step; flax_wmt_decode.py: beam-search decoding)."""
+"""The flax WMT example's own code for the side-by-sides (flax_wmt.py: the train step;
+flax_wmt_decode.py: beam-search decoding): loading its modules unchanged, its config for our
+shapes, our trained weights in its parameter tree, and the interleaved timing of both sides.
+
+Their model (examples/wmt/models.py) is pre-LN with a final LayerNorm on each stack, ties the
+three embeddings, has no attention biases and ReLU feed-forward layers with biases: exactly our
+model with `model.pre_ln=True` and the paper's other defaults. Three differences are absorbed
+by the weight conversion (`to_flax_params`), their code and configuration fields used as they are:
+- scaling: their embedding is not multiplied by sqrt(d_model) but their logits are divided by it,
+  so their table is sqrt(d_model) times ours (the same inputs to the first layer, the same logits);
+- positions: their sinusoids use other frequencies (10000^(-i/(d/2-1)), sines then cosines) than
+  the paper's, so they are given a position table (`posemb_init`, their learned-embedding
+  option) holding ours;
+- end of sentence: their decoder stops on id 2 (SentencePiece's default), ours on id 1, so ids 1
+  and 2 trade places in their vocabulary (`swap_eos`, applied to their inputs and outputs).
+"""
+
+from __future__ import annotations
 
 import importlib
 import importlib.util
 import os
+import statistics
 import sys
 import types
 
-from transformer_jax.config import ConfigError
+from absl import flags
+import flax.linen as nn
+import jax.numpy as jnp
+import numpy as np
+
+from transformer_jax.config import ConfigError, ModelConfig
+from transformer_jax.positional import sinusoidal_table
+from transformer_jax.special_ids import EOS_ID
+
+FLAX_EOS_ID = 2  # their decode.EOS_ID
+FLAX_WMT_DIR = flags.DEFINE_string("flax_wmt_dir", None,
+                                   "folder with flax's examples/wmt models.py, train.py, decode.py")
 
 
 def _module(name: str, **attributes) -> types.ModuleType:
@@ -51,10 +79,101 @@ def load_flax_wmt(folder: str, with_decode: bool = False):
       sys.modules.pop(name, None)  # their top-level names must not shadow anything later
 
 
-def check_command_line(argv, flax_wmt_dir: str | None) -> None:
-  """The side-by-sides' one-line errors: stray arguments, no --flax_wmt_dir."""
+def check_command_line(argv) -> str:
+  """--flax_wmt_dir, after the side-by-sides' one-line errors (stray arguments, no folder)."""
   if len(argv) > 1:
     raise ConfigError(f"unexpected arguments {' '.join(argv[1:])}")
-  if not flax_wmt_dir:
+  if not FLAX_WMT_DIR.value:
     raise ConfigError("--flax_wmt_dir is required (a checkout of flax's examples/wmt)")
+  return FLAX_WMT_DIR.value
 
+
+def flax_config(models, cfg: ModelConfig, max_len: int, dropout: float = 0.0,
+                position_table: bool = False):
+  """Their TransformerConfig for our model's shapes: float32, one shared embedding, their
+  initializers; `dropout` on residuals and attention weights (deterministic when 0);
+  `position_table`: positions from a table (to_flax_params fills it) instead of their sinusoids."""
+  return models.TransformerConfig(
+      vocab_size=cfg.vocab_size, output_vocab_size=cfg.vocab_size, share_embeddings=True,
+      logits_via_embedding=True, dtype=jnp.float32, emb_dim=cfg.d_model,
+      num_heads=cfg.num_heads, num_layers=cfg.num_encoder_layers,
+      qkv_dim=cfg.num_heads * cfg.d_k, mlp_dim=cfg.d_ff, max_len=max_len, dropout_rate=dropout,
+      attention_dropout_rate=dropout, deterministic=not dropout, decode=False,
+      kernel_init=nn.initializers.xavier_uniform(), bias_init=nn.initializers.normal(stddev=1e-6),
+      **({"posemb_init": nn.initializers.zeros} if position_table else {}))
+
+
+def check_convertible(cfg: ModelConfig, where: str) -> None:
+  """One line naming the first config key their model cannot express."""
+  problems = [
+      (not cfg.pre_ln, "model.pre_ln must be True (their model is pre-LN)"),
+      (not cfg.tie_embeddings, "model.tie_embeddings must be True (their logits use the shared "
+                               "embedding)"),
+      (cfg.num_encoder_layers != cfg.num_decoder_layers,
+       "model.num_encoder_layers and num_decoder_layers must be equal (their num_layers)"),
+      (cfg.d_k != cfg.d_v, "model.d_k and d_v must be equal (their qkv_dim)"),
+      (cfg.pe_type != "sinusoidal", "model.pe_type must be 'sinusoidal'"),
+      (cfg.layer_norm_epsilon != 1e-6, "model.layer_norm_epsilon must be 1e-6 (their LayerNorm's)"),
+  ]
+  for bad, message in problems:
+    if bad:
+      raise ConfigError(f"{where}: {message}")
+
+
+def swap_eos(ids: np.ndarray) -> np.ndarray:
+  """Our ids <-> theirs: 1 and 2 exchanged (the map is its own inverse)."""
+  ids = np.asarray(ids)
+  out = ids.copy()
+  out[ids == EOS_ID] = FLAX_EOS_ID
+  out[ids == FLAX_EOS_ID] = EOS_ID
+  return out
+
+
+def to_flax_params(params: dict, cfg: ModelConfig, max_len: int) -> dict:
+  """Their parameter tree holding our (unboxed, unstacked) parameters."""
+  check_convertible(cfg, "--workdir")
+  table = np.asarray(params["shared_embedding"]["embedding"]) * cfg.d_model**0.5
+  table = table[swap_eos(np.arange(cfg.vocab_size))]
+  positions = jnp.asarray(sinusoidal_table(max_len, cfg.d_model))[None]
+
+  def block(layer, sublayers):  # sublayers: (our block name, our attention name or None)
+    out = {"MlpBlock_0": {"Dense_0": dict(layer["ffn"]["wi"]), "Dense_1": dict(layer["ffn"]["wo"])}}
+    for i, (norm, attention) in enumerate(sublayers):
+      out[f"LayerNorm_{i}"] = {k: layer[norm]["norm"][k] for k in ("scale", "bias")}
+      if attention:
+        out[f"MultiHeadDotProductAttention_{i}"] = {
+            name: {"kernel": layer[attention][name]} for name in ("query", "key", "value", "out")}
+    return out
+
+  def norm(stack):
+    return {k: stack["final_norm"][k] for k in ("scale", "bias")}
+
+  enc, dec = params["encoder"], params["decoder"]
+  encoder = {"posembed_input": {"pos_embedding": positions}, "encoder_norm": norm(enc)}
+  for i in range(cfg.num_encoder_layers):
+    encoder[f"encoderblock_{i}"] = block(enc[f"layer_{i}"], [
+        ("attention_block", "self_attention"), ("ffn_block", None)])
+  decoder = {"posembed_output": {"pos_embedding": positions}, "encoderdecoder_norm": norm(dec)}
+  for i in range(cfg.num_decoder_layers):
+    decoder[f"encoderdecoderblock_{i}"] = block(dec[f"layer_{i}"], [
+        ("self_attention_block", "self_attention"),
+        ("cross_attention_block", "cross_attention"), ("ffn_block", None)])
+  return {"shared_embedding": {"embedding": jnp.asarray(table)}, "encoder": encoder,
+          "decoder": decoder}
+
+
+def speedup(flax_s, ours_s) -> dict:
+  """Flax's median time over ours, and that ratio within each round of interleaved timing."""
+  return {"speedup": statistics.median(flax_s) / statistics.median(ours_s),
+          "speedup_per_round": [f / o for f, o in zip(flax_s, ours_s)]}
+
+
+def speedup_cells(e: dict) -> list[str]:
+  """The side-by-side tables' last two columns: the speed-up of the medians, its range per round."""
+  return [f"**{e['speedup']:.2f}x**",
+          f"{min(e['speedup_per_round']):.2f}-{max(e['speedup_per_round']):.2f}x"]
+
+
+ROUNDS_NOTE = ("timed in rounds of one {0} of each side in turn, so that a drift of the machine's "
+               "speed hits both alike; 'per round' is the range of flax's {0} time over ours "
+               "within a round.")

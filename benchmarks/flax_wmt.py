@@ -5,15 +5,16 @@
 
 Theirs is `train.train_step` from their train.py, unchanged, set up as their `train_and_evaluate`
 does (jitted init, adamw(lr, 0.9, 0.98, 1e-9, weight_decay=0), pmap over the one local device,
-`common_utils.shard`ed batches). Equal configuration: base size, a shared 32000-piece
+`common_utils.shard`ed batches). Equal configuration: ours at base size (any
+`--config.KEY=VALUE` applies to ours, and theirs takes our shapes), a shared 32000-piece
 vocabulary, dropout 0.1 on residuals, attention weights and ReLU outputs (flax's defaults; ours
-gets FLAX_DROPOUT, then any `--config.KEY=VALUE`), label smoothing 0.1, float32, threefry dropout
-in both (`--rbg_variant`: ours once more with rbg), the same batch of random ids. Each model is as
-its authors wrote it (flax pre-LN, ours post-LN); their matmuls are the same, so both are credited
-the same model FLOPs against the same peak. After compiling and warm-up, steps are timed in rounds
-of one step of each side in turn (`train_step.time_interleaved`); both run with the same process
-settings (this entry point re-executes itself with `host_memory.MALLOC_SETTINGS`). With
-`--flax_unrolled_variant`, flax's step is compiled once more after ours has registered the
+gets FLAX_DROPOUT first), label smoothing 0.1, float32, threefry dropout in both
+(`--config.train.dropout_rng_impl=rbg`: ours with rbg), the same batch of random ids. Each model
+is as its authors wrote it (flax pre-LN, ours post-LN); their matmuls are the same, so both are
+credited the same model FLOPs against the same peak. After compiling and warm-up, steps are timed
+in rounds of one step of each side in turn (`train_step.time_interleaved`); both run with the
+same process settings (this entry point re-executes itself with `host_memory.MALLOC_SETTINGS`).
+With `--flax_unrolled_variant`, flax's step is compiled once more after ours has registered the
 unrolled threefry lowering (`transformer_jax/rng.py`), for reference.
 """
 
@@ -27,7 +28,7 @@ import sys
 import time
 
 from absl import flags, logging
-from flax import jax_utils, linen as nn
+from flax import jax_utils
 from flax.training import common_utils
 import jax
 import jax.numpy as jnp
@@ -40,19 +41,14 @@ from transformer_jax.overrides import parse_overrides
 from transformer_jax.markdown import table
 from transformer_jax.special_ids import PAD_ID
 
-from benchmarks import report, train_step
-from benchmarks.flax_example import check_command_line, load_flax_wmt
+from benchmarks import flax_example, report, train_step
 
 FLAX_DROPOUT = {"model.attention_dropout_rate": 0.1, "model.relu_dropout_rate": 0.1}
 
-_FLAX_WMT_DIR = flags.DEFINE_string("flax_wmt_dir", None,
-                                    "folder with flax's examples/wmt models.py and train.py")
 _SHAPES = flags.DEFINE_list("shapes", ["8x128", "32x128"], "batch shapes ROWSxLENGTH")
 _STEPS = flags.DEFINE_integer("steps", 5, "rounds of timed steps (one step of each side per round)",
                               lower_bound=1)
 _WARMUP = flags.DEFINE_integer("warmup", 1, "untimed steps after compiling", lower_bound=0)
-_RBG = flags.DEFINE_bool("rbg_variant", False, "also time ours with train.dropout_rng_impl=rbg "
-                         "(the same dropout distribution from XLA's RngBitGenerator)")
 _FLAX_UNROLLED = flags.DEFINE_bool(
     "flax_unrolled_variant", True, "also time flax's step compiled with the unrolled threefry "
     "lowering that ours registers (transformer_jax/rng.py), for reference")
@@ -64,13 +60,9 @@ class FlaxStepper:
   """Their step at base size on our synthetic batch, set up as their train_and_evaluate does; one
   timed step per call (the first call compiles)."""
 
-  def __init__(self, models, train, rows: int, length: int):
-    train_config = models.TransformerConfig(
-        vocab_size=train_step.FLAX_VOCAB, output_vocab_size=train_step.FLAX_VOCAB,
-        share_embeddings=True, logits_via_embedding=True, dtype=jnp.float32, emb_dim=512,
-        num_heads=8, num_layers=6, qkv_dim=512, mlp_dim=2048, max_len=256, dropout_rate=0.1,
-        attention_dropout_rate=0.1, deterministic=False, decode=False,
-        kernel_init=nn.initializers.xavier_uniform(), bias_init=nn.initializers.normal(stddev=1e-6))
+  def __init__(self, models, train, config, rows: int, length: int):
+    train_config = flax_example.flax_config(models, ModelConfig.from_config(config.model),
+                                            max_len=256, dropout=0.1)
     dropout_rng, init_rng = jax.random.split(jax.random.key(0))
     m = models.Transformer(train_config.replace(deterministic=True))
     variables = jax.jit(m.init)(init_rng, jnp.ones((rows, length), jnp.float32),
@@ -87,7 +79,7 @@ class FlaxStepper:
                           label_smoothing=0.1),
         axis_name="batch", donate_argnums=(0,))
     self.dropout_rngs = jax.random.split(dropout_rng, jax.local_device_count())
-    self.batch = train_step.synthetic_batch(train_step.train_config("base")[0], rows, length)
+    self.batch = train_step.synthetic_batch(config, rows, length)
     self.sharded = common_utils.shard(jax.tree_util.tree_map(np.asarray, self.batch))
     self.losses = []
 
@@ -107,18 +99,15 @@ class FlaxStepper:
             "finite": bool(np.all(np.isfinite(self.losses)))}
 
 
-def run(folder: str, shapes, steps: int, warmup: int, overrides: dict, rbg_variant: bool,
-        flax_unrolled: bool, command: str) -> dict:
+def run(folder: str, shapes, steps: int, warmup: int, overrides: dict, flax_unrolled: bool,
+        command: str) -> dict:
   """Both steps at each shape; the JSON-able result."""
-  variants = [("threefry (as flax)", dict(overrides))]
-  if rbg_variant:
-    variants.append(("rbg", dict(overrides, **{"train.dropout_rng_impl": "rbg"})))
-  configs = [train_step.train_config("base", o)[0] for _, o in variants]  # mistakes: before timing
-  cfg = ModelConfig.from_config(configs[0].model)  # the variants differ only in the dropout PRNG
+  config = train_step.train_config("base", overrides)[0]  # mistakes: before timing
+  cfg = ModelConfig.from_config(config.model)
   parsed = [train_step.parse_shape(shape) for shape in shapes]
   for _, length in parsed:
-    train_step.check_fits(configs[0], length)
-  models, train = load_flax_wmt(folder)
+    train_step.check_fits(config, length)
+  models, train = flax_example.load_flax_wmt(folder)
   result = report.start(command)
   peak = metrics.measure_peak_flops(np.dtype("float32"))
   print(f"peak (float32 2048^2 jnp.dot): {peak / 1e9:.1f} GFLOP/s", flush=True)
@@ -126,36 +115,26 @@ def run(folder: str, shapes, steps: int, warmup: int, overrides: dict, rbg_varia
   for rows, length in parsed:
     shape = f"{rows}x{length}"
     flops = metrics.train_flops(cfg, rows, length, length)
-    print(f"{shape}: compiling the flax WMT example's step and ours "
-          f"({', '.join(name for name, _ in variants)}) ...", flush=True)
-    theirs = [FlaxStepper(models, train, rows, length)]
+    print(f"{shape}: compiling the flax WMT example's step and ours ...", flush=True)
+    theirs = [FlaxStepper(models, train, config, rows, length)]
     compile_s = [theirs[0]()]
-    mine = [train_step.Stepper("base", rows, length, o) for _, o in variants]
+    ours = train_step.Stepper("base", rows, length, overrides)
     if flax_unrolled and rng.unroll_threefry_on_cpu():  # compiled after: their step, our lowering
-      theirs.append(FlaxStepper(models, train, rows, length))
+      theirs.append(FlaxStepper(models, train, config, rows, length))
       compile_s.append(theirs[-1]())
     print(f"{shape}: {warmup} warm-up step(s) each, then {steps} rounds of one step each ...",
           flush=True)
-    samples = train_step.time_interleaved([*theirs, *mine], steps, warmup)
+    *samples, own = train_step.time_interleaved([*theirs, ours], steps, warmup)
     flax_entries = [s.entry(c, x, flops, peak) for s, c, x in zip(theirs, compile_s, samples)]
-    flax_entry = flax_entries[0]
-    print(f"  flax WMT: {flax_entry['step_s']['median']:.3f} s/step, "
-          f"{flax_entry['target_tokens_per_s']:.0f} tok/s, MFU {flax_entry['mfu']:.1%}", flush=True)
     del theirs
-    ours = []
-    for (name, _), stepper, own in zip(variants, mine, samples[-len(mine):]):
-      e = stepper.entry(own, warmup, peak)
-      stepper.close()
-      e["variant"] = name
-      e["speedup"] = e["target_tokens_per_s"] / flax_entry["target_tokens_per_s"]
-      e["speedup_per_round"] = [f / o for f, o in zip(samples[0], own)]
-      print(f"  ours, {name}: {e['step_s']['median']:.3f} s/step, "
-            f"{e['target_tokens_per_s']:.0f} tok/s, MFU {e['mfu']:.1%}, {e['speedup']:.2f}x",
-            flush=True)
-      ours.append(e)
-    entries.append({"shape": shape, "model_flops_per_step": flops, "flax_wmt": flax_entry,
-                    "flax_wmt_unrolled_threefry": flax_entries[1] if len(flax_entries) > 1 else None,
-                    "transformer_jax": ours})
+    e = dict(ours.entry(own, warmup, peak), **flax_example.speedup(samples[0], own))
+    ours.close()
+    for name, x in (("flax WMT", flax_entries[0]), ("ours", e)):
+      print(f"  {name}: {x['step_s']['median']:.3f} s/step, {x['target_tokens_per_s']:.0f} tok/s, "
+            f"MFU {x['mfu']:.1%}", flush=True)
+    entries.append({"shape": shape, "model_flops_per_step": flops, "flax_wmt": flax_entries[0],
+                    "flax_wmt_unrolled_threefry": (flax_entries + [None])[1],
+                    "transformer_jax": [e]})  # a list: results before #52 held variants
   result.update(peak_flops_per_s=peak, ours_overrides=dict(overrides), interleaved=True,
                 warmup_steps=warmup, entries=entries)
   return report.finish(result)
@@ -164,14 +143,18 @@ def run(folder: str, shapes, steps: int, warmup: int, overrides: dict, rbg_varia
 def markdown(r: dict) -> str:
   def s_per_step(e):
     return f"{e['step_s']['median']:.3f}; {e['step_s']['min']:.3f}"
-  rows = []
+  rows, notes = [], []
   for e in r["entries"]:
-    f = e["flax_wmt"]
-    for o in e["transformer_jax"]:
-      rows.append([e["shape"], s_per_step(f), round(f["target_tokens_per_s"]), f"{f['mfu']:.1%}",
-                   o["variant"], s_per_step(o), round(o["target_tokens_per_s"]), f"{o['mfu']:.1%}",
-                   f"**{o['speedup']:.2f}x**",
-                   f"{min(o['speedup_per_round']):.2f}-{max(o['speedup_per_round']):.2f}x"])
+    f, o, u = e["flax_wmt"], e["transformer_jax"][0], e["flax_wmt_unrolled_threefry"]
+    rows.append([e["shape"], s_per_step(f), round(f["target_tokens_per_s"]), f"{f['mfu']:.1%}",
+                 o["dropout_rng_impl"], s_per_step(o), round(o["target_tokens_per_s"]),
+                 f"{o['mfu']:.1%}", *flax_example.speedup_cells(o)])
+    if u:
+      notes += [f"{e['shape']}, for reference: flax's step compiled with the unrolled threefry "
+                "lowering that our step registers (`transformer_jax/rng.py`; theirs as shipped "
+                f"uses jax's rolled CPU loops): {u['step_s']['median']:.3f} s/step, "
+                f"{u['target_tokens_per_s']:.0f} tok/s, MFU {u['mfu']:.1%}; ours is "
+                f"{o['target_tokens_per_s'] / u['target_tokens_per_s']:.2f}x that.", ""]
   overrides = ", ".join(f"{k}={v}" for k, v in r["ours_overrides"].items())
   lines = report.header("The flax WMT example's train step and ours, side by side", r) + [
       f"Peak: {r['peak_flops_per_s'] / 1e9:.1f} GFLOP/s (float32 2048x2048 jnp.dot, same run).", "",
@@ -179,33 +162,22 @@ def markdown(r: dict) -> str:
       "weights and ReLU outputs, label smoothing 0.1, Adam(0.9, 0.98, 1e-9), the same batch of "
       f"random ids. Ours with `{overrides}`. Model FLOPs = `metrics.train_flops` (3 x forward "
       "matmul FLOPs) for both; MFU against the peak above. After "
-      f"{r['warmup_steps']} warm-up step(s) each, the steps are timed in rounds of one step of "
-      "each, in turn, so that a drift of the machine's speed hits both alike; 'per round' is the "
-      "range of flax's step time over ours within a round.", "",
+      f"{r['warmup_steps']} warm-up step(s) each, the steps are "
+      + flax_example.ROUNDS_NOTE.format("step"), "",
       table(["batch", "flax WMT s/step (median; min)", "tok/s", "MFU", "ours: dropout PRNG",
-             "s/step (median; min)", "tok/s", "MFU", "speed-up (medians)", "per round"], rows)]
-  for e in r["entries"]:
-    u, ref = e["flax_wmt_unrolled_threefry"], e["transformer_jax"][0]
-    if u:
-      lines += [f"{e['shape']}, for reference: flax's step compiled with the unrolled threefry "
-                "lowering that our step registers (`transformer_jax/rng.py`; theirs as shipped "
-                f"uses jax's rolled CPU loops): {u['step_s']['median']:.3f} s/step, "
-                f"{u['target_tokens_per_s']:.0f} tok/s, MFU {u['mfu']:.1%}; ours ({ref['variant']}) "
-                f"is {ref['target_tokens_per_s'] / u['target_tokens_per_s']:.2f}x that.", ""]
-  lines += ["Compile (flax: compile + first step; ours: compile only, per variant): " + ", ".join(
-      f"{e['shape']} {e['flax_wmt']['compile_and_first_step_s']:.1f} s / " + " and ".join(
-          f"{o['compile_s']:.1f} s" for o in e["transformer_jax"]) for e in r["entries"])]
+             "s/step (median; min)", "tok/s", "MFU", "speed-up (medians)", "per round"], rows),
+      *notes, "Compile (flax: compile + first step; ours: compile only): " + ", ".join(
+          f"{e['shape']} {e['flax_wmt']['compile_and_first_step_s']:.1f} s / "
+          f"{e['transformer_jax'][0]['compile_s']:.1f} s" for e in r["entries"])]
   return "\n".join(lines) + "\n"
 
 
 def main(argv):
-  check_command_line(argv, _FLAX_WMT_DIR.value)
+  folder = flax_example.check_command_line(argv)
   overrides = dict(FLAX_DROPOUT, **parse_overrides(errors.OVERRIDE_ARGS))
-  r = run(_FLAX_WMT_DIR.value, _SHAPES.value, _STEPS.value, _WARMUP.value, overrides, _RBG.value,
-          _FLAX_UNROLLED.value, shlex.join(["python", "-m", "benchmarks.flax_wmt", *sys.argv[1:]]))
-  text = markdown(r)
-  report.write(r, text, _OUT.value)
-  print(text)
+  r = run(folder, _SHAPES.value, _STEPS.value, _WARMUP.value, overrides, _FLAX_UNROLLED.value,
+          shlex.join(["python", "-m", "benchmarks.flax_wmt", *sys.argv[1:]]))
+  report.write(r, markdown(r), _OUT.value)
 
 
 if __name__ == "__main__":

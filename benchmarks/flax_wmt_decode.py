@@ -15,7 +15,7 @@ buffer (our per-sentence limit, source length + max_extra_len, is the same numbe
 source has the full width, as here). Weights are random for both (each model's own
 initializer), so neither side stops early: both run every output position, the case the issue's
 first measurement took. With `--workdir`, both decode the first dev sentences with one trained
-model instead: a pre-LN run of ours converted to their parameters (flax_wmt_weights.py, checked
+model instead: a pre-LN run of ours converted to their parameters (flax_example.py, checked
 on teacher-forced logits before anything is timed), so both stop early as real translation
 does, and the report counts the sentences whose best outputs are identical. Batches are timed
 in rounds of one batch of each side in turn (`train_step.time_interleaved`); both run with the
@@ -28,6 +28,7 @@ if __name__ == "__main__":
 
 import functools
 import shlex
+import statistics
 import sys
 import time
 
@@ -39,19 +40,19 @@ from absl import flags, logging
 from flax import jax_utils
 from flax.training import common_utils
 
-from transformer_jax import decode, errors
+from transformer_jax import decode, errors, trained
 from transformer_jax.config import ConfigError, ModelConfig
+from transformer_jax.data import sources, tokenizer
 from transformer_jax.markdown import table
-from transformer_jax.model import Transformer
+from transformer_jax.model import Transformer, unstack_layers
 from transformer_jax.special_ids import EOS_ID
+from transformer_jax.translate import Translator
 
-from benchmarks import flax_wmt_weights, report, train_step
-from benchmarks.flax_example import check_command_line, load_flax_wmt
+from benchmarks import decoding, flax_example, report, train_step
+from benchmarks.flax_example import swap_eos
 
-ALPHA = 0.6
+ALPHA = decoding.ALPHA
 
-_FLAX_WMT_DIR = flags.DEFINE_string("flax_wmt_dir", None,
-                                    "folder with flax's examples/wmt models.py, train.py, decode.py")
 _SENTENCES = flags.DEFINE_integer("sentences", 16, "sentences per batch", lower_bound=1)
 _SOURCE_LEN = flags.DEFINE_integer("source_len", 32, "source tokens per sentence (EOS included)",
                                    lower_bound=2)
@@ -64,15 +65,9 @@ _WORKDIR = flags.DEFINE_string(
     "workdir", None, "a trained pre-LN run (model.pre_ln=True) to decode its first --sentences dev "
     "sentences with on both sides (--source_len is then their padded width); default: random "
     "weights at base size")
-_OUT = flags.DEFINE_string("out", None,
-                           "writes OUT.json and OUT.md ('' to write nothing; default: "
-                           "experiments/results/bench_flax_wmt_decode, + '_trained' with --workdir)")
-
-
-def source_ids(rows: int, width: int, eos: int, seed: int = 0) -> np.ndarray:
-  ids = np.random.default_rng(seed).integers(3, train_step.FLAX_VOCAB, (rows, width))
-  ids[:, -1] = eos
-  return ids.astype(np.int32)
+_OUT = flags.DEFINE_string(
+    "out", None, "writes OUT.json and OUT.md ('' to write nothing; default: "
+    "experiments/results/bench_flax_wmt_decode, + '_trained' with --workdir)")
 
 
 class FlaxDecoder:
@@ -101,21 +96,6 @@ class FlaxDecoder:
     return time.perf_counter() - t
 
 
-def random_flax_side(models, rows: int, width: int, max_decode_len: int):
-  """Their base-size config and their own initializer's weights."""
-  config = models.TransformerConfig(
-      vocab_size=train_step.FLAX_VOCAB, output_vocab_size=train_step.FLAX_VOCAB,
-      share_embeddings=True, logits_via_embedding=True, dtype=jnp.float32, emb_dim=512,
-      num_heads=8, num_layers=6, qkv_dim=512, mlp_dim=2048,
-      max_len=max(256, max_decode_len), dropout_rate=0.1, attention_dropout_rate=0.1,
-      deterministic=True, decode=False, kernel_init=nn.initializers.xavier_uniform(),
-      bias_init=nn.initializers.normal(stddev=1e-6))
-  params = jax.jit(models.Transformer(config).init)(
-      jax.random.key(0), jnp.ones((rows, width), jnp.float32),
-      jnp.ones((rows, width), jnp.float32))["params"]
-  return config, params
-
-
 class OurDecoder:
   """decode.jitted_beam_decode on the same inputs; each call decodes the batch."""
 
@@ -134,99 +114,87 @@ class OurDecoder:
     return time.perf_counter() - t
 
 
-def random_our_side():
-  """Our base-size config and our own initializer's weights."""
-  run_config, _ = train_step.train_config("base")
-  cfg = ModelConfig.from_config(run_config.model)
-  dummy = jnp.ones((1, 8), jnp.int32)
-  params = nn.meta.unbox(jax.jit(Transformer(cfg).init)(jax.random.key(0), dummy, dummy)["params"])
-  return cfg, params
-
-
-def trained_sides(models, workdir: str, rows: int, max_extra_len: int):
-  """A trained pre-LN workdir's last checkpoint on both sides (flax_wmt_weights), and its first
-  `rows` dev sentences (ours, theirs with their EOS id): (ours, theirs, teacher-forced
-  agreement)."""
-  from transformer_jax import evaluate  # pylint: disable=g-import-not-at-top
-  from transformer_jax.data import sources, tokenizer  # pylint: disable=g-import-not-at-top
-  from transformer_jax.model import unstack_layers  # pylint: disable=g-import-not-at-top
-  from transformer_jax.translate import Translator  # pylint: disable=g-import-not-at-top
-  params, config, step, _ = evaluate.checkpoint_config(workdir)
+def sides(models, workdir: str | None, rows: int, width: int, max_extra_len: int):
+  """(ours, theirs, agreement): each side's (config, params), our source ids [rows, width] and
+  the record of a trained model. Random: base size, each side's own initializer, random ids.
+  `workdir`: its last checkpoint (a pre-LN run) on both sides and its first `rows` dev sentences,
+  after checking both models' teacher-forced logits agree."""
+  if not workdir:
+    cfg = ModelConfig.from_config(train_step.train_config("base")[0].model)
+    ids = np.random.default_rng(0).integers(3, cfg.vocab_size, (rows, width)).astype(np.int32)
+    ids[:, -1] = EOS_ID
+    flax_cfg = flax_example.flax_config(models, cfg, max(256, width + max_extra_len))
+    flax_params = jax.jit(models.Transformer(flax_cfg).init)(
+        jax.random.key(0), jnp.ones((rows, width), jnp.float32),
+        jnp.ones((rows, width), jnp.float32))["params"]
+    return (cfg, decoding.random_params(cfg, 0), ids), (flax_cfg, flax_params), None
+  params, config, step, _ = trained.checkpoint_config(workdir)
   cfg, params = unstack_layers(ModelConfig.from_config(config.model), nn.meta.unbox(params))
-  flax_wmt_weights.check_convertible(cfg, f"--workdir={workdir}")
+  flax_example.check_convertible(cfg, f"--workdir={workdir}")
   texts = sources.load_split_texts(config, "validation")[0][:rows]
   # Encoded as translation encodes them (EOS kept on a line cut to the model's limit).
   ids = Translator(params, config, tokenizer.load_tokenizer(workdir)).encode(texts)
   inputs = np.zeros((len(ids), max(map(len, ids))), np.int32)
   for row, sentence in zip(inputs, ids):
     row[:len(sentence)] = sentence
-  max_len = inputs.shape[1] + max_extra_len
-  flax_cfg = flax_wmt_weights.flax_config(models, cfg, max(max_len, cfg.max_len))
-  flax_params = flax_wmt_weights.to_flax_params(params, cfg, flax_cfg.max_len)
+  flax_cfg = flax_example.flax_config(
+      models, cfg, max(inputs.shape[1] + max_extra_len, cfg.max_len), position_table=True)
+  flax_params = flax_example.to_flax_params(params, cfg, flax_cfg.max_len)
   # Teacher forcing on the sources themselves as targets: both models' logits, ids in our order.
-  ours = Transformer(cfg).apply({"params": params}, inputs, inputs)
+  ours = np.asarray(Transformer(cfg).apply({"params": params}, inputs, inputs))
   theirs = models.Transformer(flax_cfg).apply(
-      {"params": flax_params}, flax_wmt_weights.swap_eos(inputs),
-      flax_wmt_weights.swap_eos(inputs))
-  theirs = np.asarray(theirs)[..., flax_wmt_weights.swap_eos(np.arange(cfg.vocab_size))]
+      {"params": flax_params}, swap_eos(inputs), swap_eos(inputs))
+  theirs = np.asarray(theirs)[..., swap_eos(np.arange(cfg.vocab_size))]
   mask = inputs != 0
-  diff = float(np.max(np.abs(np.asarray(ours) - theirs)[mask]))
-  scale = float(np.max(np.abs(np.asarray(ours))[mask]))
+  diff = float(np.max(np.abs(ours - theirs)[mask]))
+  scale = float(np.max(np.abs(ours)[mask]))
   if diff > 1e-3 * scale:
     raise ConfigError(f"--workdir={workdir}: converted weights disagree with ours (logits differ "
                       f"by {diff:.3g} at scale {scale:.3g}): not a side-by-side of one model")
   agreement = {"checkpoint_step": step, "max_abs_logit_diff": diff, "max_abs_logit": scale}
-  return (cfg, params, inputs), (flax_cfg, flax_params, flax_wmt_weights.swap_eos(inputs)), \
-      agreement
+  return (cfg, params, inputs), (flax_cfg, flax_params), agreement
+
+
+def _compiled(decoder):
+  """The decoder and the seconds of its first call (compile + first batch)."""
+  t = time.perf_counter()
+  decoder()
+  return decoder, time.perf_counter() - t
 
 
 def run(folder: str, rows: int, width: int, beam_size: int, max_extra_len: int, rounds: int,
         command: str, workdir: str | None = None) -> dict:
   if width + max_extra_len > 1024:
     raise ConfigError(f"--source_len + --max_extra_len = {width + max_extra_len}: too long")
-  models, train = load_flax_wmt(folder, with_decode=True)
+  models, train = flax_example.load_flax_wmt(folder, with_decode=True)
   result = report.start(command)
-  if workdir:
-    (cfg, params, inputs), (flax_cfg, flax_params, flax_inputs), agreement = \
-        trained_sides(models, workdir, rows, max_extra_len)
-    rows, width = inputs.shape  # fewer rows when the dev split is shorter than --sentences
-    weights = f"trained ({workdir}, step {agreement['checkpoint_step']})"
-  else:
-    flax_cfg, flax_params = random_flax_side(models, rows, width, width + max_extra_len)
-    flax_inputs = source_ids(rows, width, train.decode.EOS_ID)
-    cfg, params = random_our_side()
-    inputs = source_ids(rows, width, EOS_ID)
-    agreement = None
-    weights = "random (each side's own initializer)"
+  (cfg, params, inputs), (flax_cfg, flax_params), agreement = sides(
+      models, workdir, rows, width, max_extra_len)
+  rows, width = inputs.shape  # fewer rows when the dev split is shorter than --sentences
   max_decode_len = width + max_extra_len
   print(f"{rows} sentences x {width} source tokens, beam {beam_size}, {max_decode_len} output "
         "positions: compiling both ...", flush=True)
-  theirs = FlaxDecoder(train, flax_cfg, flax_params, flax_inputs, beam_size, max_decode_len)
-  t = time.perf_counter()
-  theirs()
-  their_compile = time.perf_counter() - t
-  ours = OurDecoder(cfg, params, inputs, beam_size, max_extra_len)
-  t = time.perf_counter()
-  ours()
-  our_compile = time.perf_counter() - t
+  theirs, their_compile = _compiled(FlaxDecoder(train, flax_cfg, flax_params, swap_eos(inputs),
+                                                beam_size, max_decode_len))
+  ours, our_compile = _compiled(OurDecoder(cfg, params, inputs, beam_size, max_extra_len))
   flax_s, ours_s = train_step.time_interleaved([theirs, ours], rounds, warmup=0)
-  median = lambda xs: float(np.median(xs))
   entry = {
       "sentences": rows, "source_len": width, "beam_size": beam_size, "alpha": ALPHA,
       "max_decode_len": max_decode_len, "our_decoder_steps": ours.steps,
       "flax_wmt": {"compile_and_first_s": their_compile, "batch_s": flax_s,
-                   "sentences_per_s": rows / median(flax_s)},
+                   "sentences_per_s": rows / statistics.median(flax_s)},
       "transformer_jax": {"compile_and_first_s": our_compile, "batch_s": ours_s,
-                          "sentences_per_s": rows / median(ours_s)},
-      "speedup": median(flax_s) / median(ours_s),
-      "speedup_per_round": [f / o for f, o in zip(flax_s, ours_s)]}
+                          "sentences_per_s": rows / statistics.median(ours_s)},
+      **flax_example.speedup(flax_s, ours_s)}
   if agreement is not None:
-    same = [a == b for a, b in zip(decode.strip_eos(ours.output),
-                                   decode.strip_eos(flax_wmt_weights.swap_eos(theirs.output)))]
+    best = decode.strip_eos(ours.output)
+    same = [a == b for a, b in zip(best, decode.strip_eos(swap_eos(theirs.output)))]
     entry.update(agreement, identical_outputs=int(sum(same)),
-                 output_tokens=sum(len(s) for s in decode.strip_eos(ours.output)))
-  print(f"flax WMT {median(flax_s):.2f} s/batch, ours {median(ours_s):.2f} s/batch: "
-        f"{entry['speedup']:.2f}x", flush=True)
+                 output_tokens=sum(len(s) for s in best))
+  print(f"flax WMT {statistics.median(flax_s):.2f} s/batch, ours "
+        f"{statistics.median(ours_s):.2f} s/batch: {entry['speedup']:.2f}x", flush=True)
+  weights = (f"trained ({workdir}, step {agreement['checkpoint_step']})" if workdir
+             else "random (each side's own initializer)")
   result.update(entries=[entry], weights=weights)
   return report.finish(result)
 
@@ -240,8 +208,7 @@ def markdown(r: dict) -> str:
                  f"{f['sentences_per_s']:.2f}",
                  f"{np.median(o['batch_s']):.2f}; {min(o['batch_s']):.2f}",
                  f"{o['sentences_per_s']:.2f}", e["our_decoder_steps"],
-                 f"**{e['speedup']:.2f}x**",
-                 f"{min(e['speedup_per_round']):.2f}-{max(e['speedup_per_round']):.2f}x"])
+                 *flax_example.speedup_cells(e)])
   lines = report.header("The flax WMT example's beam-search decoding and ours, side by side", r)
   if r["weights"].startswith("random"):
     setup = ("Base size, vocabulary 32000 shared, float32, beam 4, alpha 0.6, random weights "
@@ -249,15 +216,14 @@ def markdown(r: dict) -> str:
   else:
     e = r["entries"][0]
     setup = (f"Weights {r['weights']}, converted to their model "
-             "(`benchmarks/flax_wmt_weights.py`; teacher-forced logits agree to "
+             "(`benchmarks/flax_example.py`; teacher-forced logits agree to "
              f"{e['max_abs_logit_diff']:.1e} at a largest logit of {e['max_abs_logit']:.1f}), "
              "float32, beam 4, alpha 0.6, the first dev sentences of the run's corpus, padded "
              f"to the longest; both stop early. Identical best outputs: "
              f"{e['identical_outputs']} of {e['sentences']} ({e['output_tokens']} output tokens)")
   lines += [
       setup + "; their `initialize_cache` + `predict_step` (pmapped, as their train.py) against "
-      "our `decode.jitted_beam_decode`. Batches timed in rounds of one batch of each side in "
-      "turn; 'per round' is the range of flax's batch time over ours within a round.", "",
+      "our `decode.jitted_beam_decode`. Batches " + flax_example.ROUNDS_NOTE.format("batch"), "",
       table(["sentences x source tokens", "beam", "output positions",
              "flax WMT s/batch (median; min)", "sent/s", "ours s/batch (median; min)", "sent/s",
              "our decoder steps", "speed-up (medians)", "per round"], rows),
@@ -268,16 +234,13 @@ def markdown(r: dict) -> str:
 
 
 def main(argv):
-  check_command_line(argv, _FLAX_WMT_DIR.value)
-  r = run(_FLAX_WMT_DIR.value, _SENTENCES.value, _SOURCE_LEN.value, _BEAM.value, _EXTRA.value,
-          _ROUNDS.value, shlex.join(["python", "-m", "benchmarks.flax_wmt_decode", *sys.argv[1:]]),
-          _WORKDIR.value)
-  text = markdown(r)
+  r = run(flax_example.check_command_line(argv), _SENTENCES.value, _SOURCE_LEN.value,
+          _BEAM.value, _EXTRA.value, _ROUNDS.value,
+          shlex.join(["python", "-m", "benchmarks.flax_wmt_decode", *sys.argv[1:]]), _WORKDIR.value)
   out = _OUT.value
   if out is None:
     out = "experiments/results/bench_flax_wmt_decode" + ("_trained" if _WORKDIR.value else "")
-  report.write(r, text, out)
-  print(text)
+  report.write(r, markdown(r), out)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ import time
 from typing import Sequence
 
 from transformer_jax.config import DATA_DIR_ENV, ConfigError, default_config
+from transformer_jax.data import batching, pipeline, sources, token_cache, tokenizer
+from transformer_jax.markdown import table
 from transformer_jax.special_ids import PAD_ID
 
 CORPORA = {
@@ -29,7 +31,8 @@ MODES = ("bucket", "pack", "pack-balanced")
 
 
 def data_dir() -> str:
-  return os.environ.get(DATA_DIR_ENV, "../shared/data")
+  """The data folder, as training reads it (TRANSFORMER_JAX_DATA_DIR, else the default)."""
+  return default_config().data.data_dir
 
 
 def corpus_config(name: str, tmp: str):
@@ -37,7 +40,7 @@ def corpus_config(name: str, tmp: str):
   corpus, (train, dev, test), eval_dir, vocab, max_len = CORPORA[name]
   c = default_config()
   d = c.data
-  d.data_dir, d.dataset, d.local_corpus, d.eval_data_dir = data_dir(), "local", corpus, eval_dir
+  d.dataset, d.local_corpus, d.eval_data_dir = "local", corpus, eval_dir
   d.train_files, d.eval_files, d.test_files = train, dev, test
   d.html_unescape = True
   d.tfds_data_dir = os.path.join(tmp, "tfds")
@@ -79,7 +82,6 @@ def _timed(fn):
 
 def prepare(name: str, tmp: str) -> tuple[object, object, dict]:
   """(config, tokenizer, record of one-time costs and corpus statistics) of corpus `name`."""
-  from transformer_jax.data import batching, sources, token_cache, tokenizer  # pylint: disable=g-import-not-at-top
   c = corpus_config(name, tmp)
   r = {"vocab_size": c.model.vocab_size, "max_len": c.data.max_source_len}
   _, r["tfds_prepare_s"] = _timed(lambda: [sources.split_source(c, s) for s in sources.SPLITS])
@@ -106,7 +108,6 @@ def _variant(config, mode: str, budget: int, balanced_source_len: int):
 
 def epoch_share(config, tok, budget: int) -> dict:
   """Real-token shares, batch count and distinct shapes over one epoch of the train iterator."""
-  from transformer_jax.data import pipeline  # pylint: disable=g-import-not-at-top
   it = pipeline.make_train_iterator(config, tok)
   n = len(it.planner.epoch_batches(0)[0])
   real, total = {"inputs": 0, "targets": 0}, {"inputs": 0, "targets": 0}
@@ -129,7 +130,6 @@ def epoch_share(config, tok, budget: int) -> dict:
 
 def throughput(config, tok, seconds: float) -> dict:
   """Batches/s, padded tokens/s and real target tokens/s of the train iterator over `seconds`."""
-  from transformer_jax.data import pipeline  # pylint: disable=g-import-not-at-top
   it = pipeline.make_train_iterator(config, tok)
   next(it)
   padded = real_target = batches = 0
@@ -168,3 +168,29 @@ def measure(entries: Sequence[str], seconds: float, tmp: str) -> dict:
         record["entries"].append(entry)
       out["corpora"][corpus] = record
   return out
+
+
+def markdown(d: dict) -> list[str]:
+  """The report section of `measure`'s result."""
+  lines = ["## Input pipeline", "",
+           "Real share = non-pad tokens / all tokens of the batches (padding and empty rows "
+           "included), over one epoch of the train iterator. Throughput: the train iterator for "
+           f"{d['seconds']} s on {d['cores']} (padded source+target tokens/s; real target "
+           "tokens/s). One-time costs are measured from scratch in a temporary folder.", ""]
+  for name, c in d["corpora"].items():
+    if "skipped" in c:
+      lines += [f"### {name}", "", f"Skipped: {c['skipped']}", ""]
+      continue
+    lines += [f"### {name}", "",
+              f"{c['pairs_kept']} of {c['pairs']} pairs kept (max length {c['max_len']} tokens), "
+              f"vocabulary {c['vocab_size']} BPE, mean length {c['mean_source_len']} source / "
+              f"{c['mean_target_len']} target tokens (incl. EOS). One-time costs: TFDS prepare "
+              f"{c['tfds_prepare_s']} s, vocabulary {c['vocab_train_s']} s, tokenize "
+              f"{c['tokenize_cold_s']} s (cached afterwards: {c['token_cache_load_s']} s).", "",
+              table(["mode @ tokens/batch", "real share", "source", "target", "batches/epoch",
+                     "shapes", "padded tok/s", "real target tok/s"],
+                    [[e["key"], f"{e['real_share']:.1%}", f"{e['source_real_share']:.1%}",
+                      f"{e['target_real_share']:.1%}", e["batches_per_epoch"],
+                      e["distinct_shapes"], f"{e['padded_tokens_per_s']:,}",
+                      f"{e['real_target_tokens_per_s']:,}"] for e in c["entries"]])]
+  return lines

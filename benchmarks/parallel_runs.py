@@ -14,7 +14,6 @@ the result's `setups`, records the load it saw).
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import sys
@@ -24,10 +23,11 @@ from concurrent import futures
 from absl import flags
 
 from experiments import local_runner, row_runs, sweeps
-from experiments.results_files import machine
-from transformer_jax import markdown
 from transformer_jax.config import ConfigError
+from transformer_jax.markdown import table
 from transformer_jax.overrides import REPO, load_config_file
+
+from benchmarks import report
 
 RESULTS = os.path.join(REPO, "experiments", "results", "sweep_parallel")
 BENCH_CONFIG = "configs/multi30k.py"  # what `--train=multi30k:...` builds before the overrides
@@ -36,7 +36,8 @@ FLAGS = flags.FlagValues()
 flags.DEFINE_string("sweep", "experiments/table3.py", "Sweep file.", flag_values=FLAGS)
 flags.DEFINE_string("row", "base", "Row of the sweep to time.", flag_values=FLAGS)
 flags.DEFINE_string("scale", "cpu", "Scale of the row.", flag_values=FLAGS)
-flags.DEFINE_string("batch", "20x100", "ROWSxLENGTH of a packed batch (the scale's).", flag_values=FLAGS)
+flags.DEFINE_string("batch", "20x100", "ROWSxLENGTH of a packed batch (the scale's).",
+                    flag_values=FLAGS)
 flags.DEFINE_integer("steps", 30, "Timed steps per benchmark.", lower_bound=1, flag_values=FLAGS)
 flags.DEFINE_string("out", RESULTS, "Result files OUT.{md,json}.", flag_values=FLAGS)
 flags.DEFINE_string("notes", "", "Circumstances worth recording (e.g. what was paused).",
@@ -46,8 +47,9 @@ flags.DEFINE_string("notes", "", "Circumstances worth recording (e.g. what was p
 def model_overrides(res: row_runs.Resolved) -> list[str]:
   """--config.model.* flags turning the benchmark's model into the row's (every key that differs
   from BENCH_CONFIG's, whatever config file the row's scale pins)."""
-  ours, bench = row_runs.flatten(res.config.model), row_runs.flatten(load_config_file(BENCH_CONFIG).model)
-  return [f"--config.model.{k}={row_runs.format_value(v)}" for k, v in ours.items() if bench.get(k) != v]
+  bench = row_runs.flatten(load_config_file(BENCH_CONFIG).model)
+  return [f"--config.model.{k}={row_runs.format_value(v)}"
+          for k, v in row_runs.flatten(res.config.model).items() if bench.get(k) != v]
 
 
 def _bench(args, overrides, folder, name, cpus):
@@ -59,10 +61,10 @@ def _bench(args, overrides, folder, name, cpus):
   if rc:
     raise SystemExit(f"error: {' '.join(cmd)} failed: {error} (log {out}.log)")
   with open(out + ".json") as f:
-    report = json.load(f)
-  entry = report["train"][0]
+    result = json.load(f)
+  entry = result["train"][0]
   return {"cores": cpus, "step_s_median": entry["step_s"]["median"], "mfu": entry["mfu"],
-          "load_before": report.get("load_before"), "command": " ".join(["python", *cmd[1:]])}
+          "load_before": result.get("load_before"), "command": " ".join(["python", *cmd[1:]])}
 
 
 def _side_by_side(args, overrides, folder, name, shares):
@@ -76,46 +78,39 @@ def main(argv=None) -> None:
   FLAGS.unparse_flags()  # each call parses its own arguments only
   try:
     FLAGS(argv or sys.argv)
-  except flags.Error as e:
+    res = row_runs.resolve(sweeps.load_sweep(FLAGS.sweep), FLAGS.row, FLAGS.scale)
+  except (flags.Error, ConfigError) as e:
     raise SystemExit(f"error: {str(e).splitlines()[0]}") from None
-  args = FLAGS
-  try:
-    res = row_runs.resolve(sweeps.load_sweep(args.sweep), args.row, args.scale)
-  except ConfigError as e:
-    raise SystemExit(f"error: {e}") from None
+  command = "python -m benchmarks.parallel_runs " + " ".join(
+      f"--{k}={FLAGS[k].value}" for k in ("sweep", "row", "scale", "batch", "steps", "notes")
+      if FLAGS[k].value != "")
+  record = report.start(command)
   overrides = model_overrides(res)
   one_core = local_runner.cpu_shares(len(os.sched_getaffinity(0)))
   with tempfile.TemporaryDirectory() as folder:
-    setups = [("one run, every core", [_bench(args, overrides, folder, "all", None)]),
-              ("one run, one core", [_bench(args, overrides, folder, "one", one_core[0])]),
+    setups = [("one run, every core", [_bench(FLAGS, overrides, folder, "all", None)]),
+              ("one run, one core", [_bench(FLAGS, overrides, folder, "one", one_core[0])]),
               (f"{len(one_core)} runs side by side, one core each",
-               _side_by_side(args, overrides, folder, "pair", one_core))]
+               _side_by_side(FLAGS, overrides, folder, "pair", one_core))]
   base = 1 / setups[0][1][0]["step_s_median"]
-  rows = [{"setup": name, "processes": procs, "steps_per_s": sum(1 / r["step_s_median"] for r in procs)}
-          for name, procs in setups]
+  rows = [{"setup": name, "processes": procs,
+           "steps_per_s": sum(1 / r["step_s_median"] for r in procs)} for name, procs in setups]
   for r in rows:
     r["vs_one_run_every_core"] = r["steps_per_s"] / base
-  record = {"row": args.row, "scale": args.scale, "batch": args.batch, "overrides": overrides,
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "machine": machine(), "notes": args.notes, "setups": rows,
-            "command": "python -m benchmarks.parallel_runs " + " ".join(
-                f"--{k}={FLAGS[k].value}" for k in ("sweep", "row", "scale", "batch", "steps", "notes")
-                if FLAGS[k].value != "")}
-  with open(args.out + ".json", "w") as f:
-    json.dump(record, f, indent=1)
-  table = markdown.table(
-      ["set-up", "s/step (median, per process)", "steps/s (all processes)", "vs one run on every core"],
-      [[r["setup"], ", ".join(f"{p['step_s_median']:.3f}" for p in r["processes"]),
-        f"{r['steps_per_s']:.2f}", f"{r['vs_one_run_every_core']:.2f}x"] for r in rows])
-  with open(args.out + ".md", "w") as f:
-    f.write(f"# Sweep runs: one on every core, or one per core side by side\n\n"
-            f"`{record['command']}` ({record['date']}; {record['machine']['cpu']}, "
-            f"{record['machine']['cores']} cores). Row `{args.row}` at scale `{args.scale}` "
-            f"({' '.join(overrides)}), packed batches of {args.batch}; each s/step is the train-step "
-            "benchmark's median (`python -m benchmarks --only=train`). One core = pinned, XLA's "
-            "Eigen pool off (`experiments.run --parallel`).\n\n" + table + "\n"
-            + (f"\n{args.notes}\n" if args.notes else ""))
-  print(table)
+  record.update(row=FLAGS.row, scale=FLAGS.scale, batch=FLAGS.batch, overrides=overrides,
+                notes=FLAGS.notes, setups=rows)
+  report.finish(record)
+  text = "\n".join(report.header("Sweep runs: one on every core, or one per core side by side",
+                                  record) + [
+      f"Row `{FLAGS.row}` at scale `{FLAGS.scale}` ({' '.join(overrides)}), packed batches of "
+      f"{FLAGS.batch}; each s/step is the train-step benchmark's median (`python -m benchmarks "
+      "--only=train`). One core = pinned, XLA's Eigen pool off (`experiments.run --parallel`).",
+      "", table(["set-up", "s/step (median, per process)", "steps/s (all processes)",
+                 "vs one run on every core"],
+                [[r["setup"], ", ".join(f"{p['step_s_median']:.3f}" for p in r["processes"]),
+                  f"{r['steps_per_s']:.2f}", f"{r['vs_one_run_every_core']:.2f}x"] for r in rows]),
+      *([FLAGS.notes, ""] if FLAGS.notes else [])])
+  report.write(record, text, FLAGS.out)
 
 
 if __name__ == "__main__":

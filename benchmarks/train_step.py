@@ -2,8 +2,8 @@
 
 Per entry: compile time, step time (median and min after warm-up), target tokens/s, model FLOP/s
 and MFU against a peak measured in the same run, XLA's own FLOP count, the compiled step's buffers
-and the process's peak RSS, what XLA made of the step (hlo_profile.hlo_statistics) and, when
-asked, where its time goes (hlo_profile.profile_step).
+and the process's peak RSS, the attention that ran and, when asked, where its time goes
+(hlo_profile.profile_step). `markdown` is its report section (also the accelerator check's).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import numpy as np
 
 from transformer_jax import attention, metrics, sharding, step
 from transformer_jax.config import ConfigError, ModelConfig, validate
+from transformer_jax.markdown import table
 from transformer_jax.overrides import REPO, apply_overrides, load_config_file
 from transformer_jax.special_ids import EOS_ID, PAD_ID
 
@@ -45,7 +46,8 @@ def preset(name: str, vocab_size: int | None = None) -> tuple[ml_collections.Con
   return config, description
 
 
-def train_config(name: str, overrides: Mapping[str, Any] = ()) -> tuple[ml_collections.ConfigDict, str]:
+def train_config(name: str, overrides: Mapping[str, Any] = ()
+                 ) -> tuple[ml_collections.ConfigDict, str]:
   """The train entry's config: the preset (base and big with flax's vocabulary), overridden and
   validated."""
   config, description = preset(name, FLAX_VOCAB if name in ("base", "big") else None)
@@ -214,7 +216,6 @@ class Stepper:
             resource.RUSAGE_SELF).ru_maxrss * 1024),  # Linux reports kilobytes
         "loss_first_last": [self.losses[0], self.losses[-1]],
         "finite": bool(np.all(np.isfinite(self.losses))),
-        "hlo": hlo_profile.hlo_statistics(self.compiled.as_text()),
     }
     if profile:
       self.state, cats, busy = hlo_profile.profile_step(self.compiled, self.state, self.batch,
@@ -234,3 +235,39 @@ def measure(name: str, rows: int, length: int, steps: int, warmup: int,
   entry = stepper.entry(samples, warmup, peak, profile)
   stepper.close()
   return entry
+
+
+def markdown(entries: Sequence[dict]) -> list[str]:
+  """The report section of train entries: their table, the attention each ran and, for profiled
+  entries, where the step's time goes."""
+  rows = []
+  for e in entries:
+    mem, xla = e["memory"], e["xla_flops_per_step"]
+    rows.append([e["config"] if e["name"] == e["config"] else f"{e['name']} ({e['config']})",
+                 e["batch"]["shape"] + (" packed" if e["batch"]["packed"] else ""),
+                 e["model"]["dtype"], e["dropout_rng_impl"], f"{e['compile_s']:.1f}",
+                 f"{e['step_s']['median']:.3f}; {e['step_s']['min']:.3f}",
+                 round(e["target_tokens_per_s"]), f"{e['model_flops_per_s'] / 1e9:.1f}",
+                 f"{e['mfu']:.1%}", xla / e["model_flops_per_step"] if xla else "n/a",
+                 f"{step_bytes(mem) / 2**30:.2f} GiB",
+                 f"{mem['process_peak_rss_bytes'] / 2**30:.2f} GiB"])
+  lines = [table(["config", "batch", "dtype", "dropout rng", "compile s", "step s (median; min)",
+                  "target tok/s", "model GFLOP/s", "MFU", "XLA/model FLOPs",
+                  "step buffers (args+out+temp)", "peak RSS"], rows)]
+  lines += [f"- {e['name']} {e['batch']['shape']}: " + "; ".join(e["attention"] or ["attention: "
+            "not recorded"]) for e in entries] + [""]
+  profiled = [e for e in entries if e.get("profile")]
+  if profiled:
+    cats = list(dict.fromkeys(c for e in profiled for c in e["profile"]["categories"]))
+
+    def share(e, c):
+      v = e["profile"]["categories"].get(c)
+      return f"{v['share']:.1%} ({v['forward']:.1%}; {v['backward']:.1%})" if v else ""
+    rows = [[c, *(share(e, c) for e in profiled)] for c in cats]
+    rows.append(["busy seconds per step", *(e["profile"]["busy_s_per_step"] for e in profiled)])
+    lines += ["## Where the train step's time goes", "",
+              "Profiled steps per entry (jax.profiler): the executor's busy time split over the "
+              "compiled step's operations by their source (op_name metadata); operations running "
+              "at the same time share each instant. Share of the step (forward; backward).", "",
+              table(["category", *(f"{e['name']} {e['batch']['shape']}" for e in profiled)], rows)]
+  return lines

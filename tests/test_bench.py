@@ -12,7 +12,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from benchmarks import hlo_profile, input_pipeline, train_step
+from benchmarks import flax_example, hlo_profile, input_pipeline, train_step
 from transformer_jax import metrics
 from transformer_jax.config import ConfigError, ModelConfig
 
@@ -38,10 +38,10 @@ def _bench(*args, timeout=600):
 def result(tmp_path_factory):
   out = tmp_path_factory.mktemp("bench") / "bench"
   p = _bench("--train=tiny:2x16", "--steps=1", "--warmup=0", "--peak_n=128", "--profile",
-             "--config.train.dropout_rng_impl=rbg", "--decode_config=tiny", "--decode_data=random",
-             "--decode_sentences=2", "--decode_batch=2", "--decode_positions=5,20",
-             "--decode_repeats=1", "--data=multi30k:pack@1024,multi30k:pack-balanced@1024",
-             "--data_seconds=0.2", f"--out={out}")
+             "--config.train.dropout_rng_impl=rbg", "--decode_config=tiny",
+             "--decode_sentences=2", "--decode_batch=2",
+             "--data=multi30k:pack@1024,multi30k:pack-balanced@1024", "--data_seconds=0.2",
+             f"--out={out}")
   assert p.returncode == 0, p.stderr[-3000:]
   with open(str(out) + ".json") as f:
     saved = json.load(f)
@@ -74,8 +74,6 @@ def test_json_result(result):
   assert e["mfu"] == pytest.approx(e["model_flops_per_s"] / (r["peak"]["flops_per_s"] * e["devices"]))
   assert e["memory"]["process_peak_rss_bytes"] > 0 and e["memory"]["temp_bytes"] >= 0
   assert e["finite"]
-  h = e["hlo"]
-  assert h["library_dot_fusions"] + h["eigen_dots"] > 0 and h["loop_fusions"] > 0
   cats = e["profile"]["categories"]
   assert sum(c["share"] for c in cats.values()) == pytest.approx(1.0)
   for c in cats.values():
@@ -83,14 +81,10 @@ def test_json_result(result):
   assert any("matmul" in name for name in cats) and e["profile"]["busy_s_per_step"] > 0
 
   d = r["decode"]
-  t, s = d["throughput"], d["step_vs_position"]
+  t = d["throughput"]
   assert t["sentences"] == 2 and t["sentences_per_second"] > 0 and t["compile_seconds"] > 0
   assert sum(b["steps"] for b in t["per_batch"]) == t["decoder_steps"] > 0
-  assert d["beam_size"] == 4 and s["rows"] == 2 * 4
-  for step in ("model_step", "search_step"):
-    assert s[step]["5"]["median_s"] > 0 and s[step]["20"]["median_s"] > 0
-    assert s[step]["ratio_median"] == pytest.approx(s[step]["20"]["median_s"] /
-                                                    s[step]["5"]["median_s"])
+  assert d["beam_size"] == 4
 
   c = r["data"]["corpora"]["multi30k"]
   if not _HAS_MULTI30K:
@@ -108,9 +102,9 @@ def test_json_result(result):
 def test_markdown_report(result):
   r, text, stdout = result
   assert text.startswith("# Benchmark") and text in stdout
-  assert "| tiny (configs/tiny.py) | 2x16 | rbg |" in text
+  assert "| tiny (configs/tiny.py) | 2x16 | float32 | rbg |" in text
   assert "## Where the train step's time goes" in text
-  assert "## Decoding (beam search)" in text and "| model decode step |" in text
+  assert "## Decoding (beam search)" in text and "| batch shape | buffer |" in text
   assert "## Input pipeline" in text
   if _HAS_MULTI30K:
     assert "| pack@1024 |" in text
@@ -160,7 +154,6 @@ def test_train_configs_and_synthetic_batches():
     (["--train=tiny:2y16"], "error: batch shape '2y16': expected ROWSxLENGTH"),
     (["--train=tiny:2x100"], "error: batch length 100 exceeds model.max_len=64"),
     (["--data=multi30k:packed@100"], "error: --data entry 'multi30k:packed@100': expected"),
-    (["--decode_config=tiny", "--decode_positions=5,999"], "error: --decode_positions=5,999:"),
 ])
 def test_command_line_mistakes_are_one_line(args, message):
   """Checked before anything is timed or written: no traceback, exit status 2."""
@@ -282,9 +275,8 @@ def test_trained_weights_fill_the_flax_examples_parameter_tree():
   them for one layer with share_embeddings and a position table); the side-by-side itself checks
   the function on teacher-forced logits, which needs their code."""
   import jax  # pylint: disable=g-import-not-at-top
-  from benchmarks import flax_wmt_weights  # pylint: disable=g-import-not-at-top
   cfg, params = _tiny_pre_ln_params()
-  tree = flax_wmt_weights.to_flax_params(params, cfg, max_len=20)
+  tree = flax_example.to_flax_params(params, cfg, max_len=20)
   shapes = {jax.tree_util.keystr(k): v.shape for k, v in jax.tree_util.tree_flatten_with_path(tree)[0]}
   attention = {f"['{n}']['kernel']": s for n, s in
                (("query", (8, 2, 4)), ("key", (8, 2, 4)), ("value", (8, 2, 4)), ("out", (2, 4, 8)))}
@@ -316,8 +308,8 @@ def test_trained_weights_fill_the_flax_examples_parameter_tree():
   theirs = np.asarray(tree["shared_embedding"]["embedding"])
   np.testing.assert_allclose(theirs[[0, 1, 2, 3]], ours[[0, 2, 1, 3]], rtol=1e-6)
   ids = np.array([[5, 1, 2, 0]])
-  np.testing.assert_array_equal(flax_wmt_weights.swap_eos(ids), [[5, 2, 1, 0]])
-  np.testing.assert_array_equal(flax_wmt_weights.swap_eos(flax_wmt_weights.swap_eos(ids)), ids)
+  np.testing.assert_array_equal(flax_example.swap_eos(ids), [[5, 2, 1, 0]])
+  np.testing.assert_array_equal(flax_example.swap_eos(flax_example.swap_eos(ids)), ids)
 
 
 @pytest.mark.parametrize("changes, message", [
@@ -326,7 +318,6 @@ def test_trained_weights_fill_the_flax_examples_parameter_tree():
     (dict(pe_type="learned"), "model.pe_type must be 'sinusoidal'"),
 ])
 def test_weights_their_model_cannot_express_are_one_line(changes, message):
-  from benchmarks import flax_wmt_weights  # pylint: disable=g-import-not-at-top
   cfg, _ = _tiny_pre_ln_params(**changes)
   with pytest.raises(ConfigError, match=f"^--workdir=w: {message}"):
-    flax_wmt_weights.check_convertible(cfg, "--workdir=w")
+    flax_example.check_convertible(cfg, "--workdir=w")
