@@ -33,4 +33,6 @@ def get_config(arg: str = ""):
       overrides={"train.learning_rate_scale": 1.0})
   row("drop03", label="dropout 0.3 (paper 0.1; chosen on dev in §6.3)", group="regularisation",
       overrides={"model.dropout_rate": 0.3})
+  row("words", label="targets write each word, not XX (data.parse_leaves='words')",
+      group="linearization", overrides={"data.parse_leaves": "words"})
   return c

@@ -16,7 +16,7 @@ from tensorboardX.proto import event_pb2
 from tests.common import DATA_DIR, REPO, TINY_CLI_FLAGS, xla_flags
 from transformer_jax import parseval
 from transformer_jax.config import ConfigError, validate
-from transformer_jax.data import DataError, trees
+from transformer_jax.data import DataError, sources, trees
 from transformer_jax.metrics import MetricsWriter
 from transformer_jax.overrides import load
 
@@ -78,6 +78,23 @@ def test_repair_makes_every_output_a_tree_with_the_source_words(skeleton, expect
   assert parsed.repaired
   assert parsed.text == expected
   assert trees.delinearize(skeleton, "a b c").text == expected  # deterministic
+
+
+def test_linearize_with_words_writes_each_word_and_delinearize_inverts_it():
+  tree = trees.preprocess(T(RAW))
+  lin = trees.linearize(tree, "words")
+  assert lin == "(S (NP He )NP (VP said (PRN -LRB- (NP sic )NP -RRB- )PRN (PRT up )PRT )VP . )S"
+  parsed = trees.delinearize(lin, tree.leaves(), "words")
+  assert not parsed.repaired and parsed.text == trees.delinearize(trees.linearize(tree),
+                                                                   tree.leaves()).text
+  # any token that is not a bracket is a leaf slot; the source's words fill them, in order
+  assert trees.delinearize("(S (NP x y )NP z )S", "a b c", "words").text == \
+      "(TOP (S (NP (XX a) (XX b)) (XX c)))"
+  repaired = trees.delinearize("(S (NP a )NP b c d )S", "a b c", "words")
+  assert repaired.repaired and repaired.text == "(TOP (S (NP (XX a)) (XX b) (XX c)))"
+  # a word starting with a bracket is written escaped, never read as one
+  odd = nltk.Tree("TOP", [nltk.Tree("S", [nltk.Tree("NN", ["(x)"]), nltk.Tree("NN", ["y"])])])
+  assert trees.linearize(odd, "words") == "(S -LRB-x-RRB- y )S"
 
 
 def test_words_with_brackets_are_escaped_in_output_trees():
@@ -190,6 +207,9 @@ def test_every_sample_tree_reads_and_comes_back_from_its_linearization():
     assert all(trees.strip_label(t.label()) == t.label() for t in gold.subtrees())
     parsed = trees.delinearize(ex.linearized, ex.words)
     assert not parsed.repaired, (ex.path, ex.line)
+    with_words = trees.delinearize(ex.linearized_words, ex.words, "words")
+    assert not with_words.repaired and with_words.tree == parsed.tree, (ex.path, ex.line)
+    assert len(ex.linearized_words.split()) == len(ex.linearized.split())
     for t in gold.subtrees(trees.is_preterminal):
       t.set_label(trees.POS_PLACEHOLDER)
     assert parsed.tree == gold, (ex.path, ex.line)
@@ -248,6 +268,23 @@ def test_parsing_needs_local_files():
   c.data.dataset, c.data.task = "local", "grammar"
   with pytest.raises(ConfigError, match="data.task"):
     validate(c)
+  c.data.task, c.data.parse_leaves = "parsing", "pos"
+  with pytest.raises(ConfigError, match="data.parse_leaves"):
+    validate(c)
+
+
+def test_the_leaves_setting_chooses_the_training_targets(tmp_path):
+  _mrg(tmp_path, "f_01.mrg", _fixture_trees(3, 0))
+  c = load("configs/wsj_parsing.py:sample", [f"--config.data.data_dir={tmp_path}",
+                                             "--config.data.local_corpus=tb",
+                                             "--config.data.train_files=f_01"])
+  xx = sources.split_source(c, "train")
+  c.data.parse_leaves = "words"
+  words = sources.split_source(c, "train")
+  (src,), (target,) = words.texts([0])
+  (_,), (target_xx,) = xx.texts([0])
+  assert target.split()[1:1 + 2] == ["(NP", src.split()[0]] and "XX" not in target
+  assert "XX" in target_xx and words.dataset_id != xx.dataset_id
 
 
 # ----------------------------------------------------------------------------- a tiny parser

@@ -346,7 +346,7 @@ def test_the_parsing_pilot_sweep_resolves():
   """experiments/wsj_parsing.py: the pinned pilot protocol, one change a row, equal steps."""
   sweep = sweeps.load_sweep(os.path.join(REPO, "experiments", "wsj_parsing.py"))
   runs = {r: row_runs.resolve(sweep, r, "pilot").config for r in sweeps.row_ids(sweep)}
-  assert set(runs) == {"base", "lr10", "drop03"}
+  assert set(runs) == {"base", "lr10", "drop03", "words"}
   for cfg in runs.values():
     assert cfg.data.task == "parsing" and cfg.train.num_steps == 900
     assert cfg.data.eval_files == "wsj_0160-wsj_0179" and not cfg.data.test_files

@@ -29,6 +29,7 @@ VOCAB_TYPES = ("bpe", "unigram")
 BATCH_MODES = ("bucket", "pack")
 RNG_IMPLS = ("threefry2x32", "rbg", "unsafe_rbg")
 TASKS = ("translation", "parsing")
+PARSE_LEAVES = ("xx", "words")  # data.parse_leaves: what a linearized tree writes for a word
 DATA_DIR_ENV = "TRANSFORMER_JAX_DATA_DIR"
 MAX_SEED = 2**31 - 1  # seeds numpy, grain and jax.random alike
 # Model dimensions split over a mesh axis, as transformer_jax/sharding.py's LOGICAL_RULES place
@@ -74,6 +75,8 @@ def default_config() -> ml_collections.ConfigDict:
   d.data_dir = os.environ.get(DATA_DIR_ENV, "../shared/data")
   d.task = "translation"          # 'parsing': .mrg treebank files in local_corpus, words ->
                                   # linearized trees (data/trees.py), scored by bracket F1
+  d.parse_leaves = "xx"           # parsing targets write each word as 'xx': the placeholder XX
+                                  # (Vinyals et al. 2015), or 'words': the word itself
   d.dataset = "wmt14_translate/de-en"  # a TFDS name, or 'local' for aligned text files
   d.local_corpus = ""             # for 'local': a folder under data_dir, e.g. 'multi30k'
   d.train_files = "train"         # file stem of the training split (X.en.gz / X.de.gz); for
@@ -288,6 +291,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   d, t, dc = config.data, config.train, config.decode
   _choice("data.", "vocab_type", d.vocab_type, VOCAB_TYPES)
   _choice("data.", "task", d.task, TASKS)
+  _choice("data.", "parse_leaves", d.parse_leaves, PARSE_LEAVES)
   if d.task == "parsing" and (d.dataset != "local" or d.extra_train_files or d.eval_data_dir):
     raise ConfigError("config key 'data.task'='parsing' reads .mrg files from data.local_corpus: "
                       "it needs data.dataset='local' and no data.extra_train_files or "

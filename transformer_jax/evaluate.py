@@ -123,7 +123,8 @@ class Evaluator:
       report["sentences_per_second"] = len(sources) / max(report["decode_seconds"], 1e-9)
       tokenized = self.eval_set.tokenized_references
       if parsing:  # skeletons -> trees (repaired where needed), scored as EVALB does
-        scores, hypotheses = parseval.evaluate_parses(sources, hypotheses, references)
+        scores, hypotheses = parseval.evaluate_parses(sources, hypotheses, references,
+                                                      self.config.data.parse_leaves)
         report.update(scores)
       else:
         report.update(bleu.bleu_report(hypotheses, references, self.config.data.target_lang,

@@ -142,11 +142,11 @@ def paired_bootstrap(golds: Sequence[nltk.Tree], baseline: Sequence[nltk.Tree],
 
 
 def evaluate_parses(sources: Sequence[str], skeletons: Sequence[str],
-                    references: Sequence[str]) -> tuple[dict, list[str]]:
+                    references: Sequence[str], leaves: str = "xx") -> tuple[dict, list[str]]:
   """(report, output tree texts) for decoded linearizations of `sources` against the gold tree
   texts `references`: the scores, `repaired` (outputs that needed the repair rule) and
   `sentences`."""
-  parsed = [trees.delinearize(s, w) for s, w in zip(skeletons, sources)]
+  parsed = [trees.delinearize(s, w, leaves) for s, w in zip(skeletons, sources)]
   report = score_trees([nltk.Tree.fromstring(r) for r in references], [p.tree for p in parsed])
   report.update(repaired=sum(p.repaired for p in parsed), sentences=len(parsed))
   return report, [p.text for p in parsed]

@@ -124,7 +124,8 @@ class Translator:
     ids = self.translate_ids(self.encode(sentences), progress=progress)
     outputs = [self.tokenizer.decode(x) if x else "" for x in ids]
     if self.config.data.task == "parsing" and not raw:
-      outputs = [trees.delinearize(o, s).text for s, o in zip(sentences, outputs)]
+      leaves = self.config.data.parse_leaves
+      outputs = [trees.delinearize(o, s, leaves).text for s, o in zip(sentences, outputs)]
     return outputs
 
 

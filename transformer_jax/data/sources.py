@@ -341,7 +341,9 @@ def _tree_split(config, split: str) -> SplitSource:
   stem = {"train": d.train_files, "validation": d.eval_files, "test": d.test_files}[split]
   folder = os.path.join(os.path.abspath(os.path.expanduser(d.data_dir)), d.local_corpus)
   records = trees.split_records(folder, stem, f"{split} split")
-  return SplitSource(records, "words", "linearized", f"trees_{split}_{records.key}", False,
+  words = d.parse_leaves == "words"
+  return SplitSource(records, "words", "linearized_words" if words else "linearized",
+                     f"trees_{split}{'_words' if words else ''}_{records.key}", False,
                      (len(records),), reference_key="tree")
 
 

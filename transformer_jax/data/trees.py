@@ -18,16 +18,19 @@ source is the words, the target the bracketing depth first, each phrase as `(LAB
 and every POS tag replaced by the placeholder `XX`:
 `(S (NP XX XX )NP (VP XX (NP XX XX )NP )VP XX )S`. POS tags are not kept because EVALB
 (COLLINS.prm) does not score POS brackets, so predicting them would lengthen every target by a
-third for no score; Vinyals et al. normalized them to XX for the same reason. The target holds no
-words: leaf i of a decoded skeleton gets source word i (:func:`delinearize`), so the parser
-cannot change the sentence. Scoring (parseval.py) takes the gold tree's POS tags for the
+third for no score; Vinyals et al. normalized them to XX for the same reason. With
+`data.parse_leaves='words'` (`leaves='words'` here) each XX is the word itself instead,
+`(S (NP The cat )NP (VP sat )VP . )S`: longer targets, but the decoder copies the word it is at
+from the source rather than counting placeholders, which a small model on little data learns
+sooner (experiments/wsj_parsing.py measures it). Either way leaf i of a decoded skeleton gets
+source word i (:func:`delinearize`), so the parser cannot change the sentence. Scoring (parseval.py) takes the gold tree's POS tags for the
 punctuation rule, as EVALB does with gold tags copied into an XX tree.
 
 Repair (:func:`delinearize`): every decoded output becomes a tree by one deterministic rule;
 `Parsed.repaired` says whether any step was needed:
 1. tokens are read left to right: `(L` opens a phrase L (a bare `(` opens `X`), `)...` closes the
    innermost open phrase (its label is ignored; a `)` with none open is dropped), `XX` is a leaf
-   slot, anything else is dropped;
+   slot (with leaves='words': any other token is), anything else is dropped;
 2. phrases still open at the end are closed; phrases without a leaf slot are dropped;
 3. too many leaf slots: the last ones are dropped (and phrases left empty by that); too few: the
    missing words are added as XX leaves at the end of the top phrase (of TOP itself when the
@@ -50,6 +53,7 @@ from transformer_jax.data import DataError
 
 VERSION = 1             # of the preprocessing and linearization: part of the token caches' key
 POS_PLACEHOLDER = "XX"
+LEAVES = ("xx", "words")  # what a linearization writes for a word (config data.parse_leaves)
 ROOT = "TOP"
 ROOT_LABELS = ("", "ROOT", "TOP")  # the treebank's unlabeled outer bracket, or an explicit root
 EMPTY_ELEMENT = "-NONE-"
@@ -58,9 +62,11 @@ _ESCAPES = {"(": "-LRB-", ")": "-RRB-"}
 
 @dataclasses.dataclass(frozen=True)
 class Example:
-  """One preprocessed tree: the source words, the target linearization, the gold tree's text."""
+  """One preprocessed tree: the source words, the target linearizations (XX leaves, or the
+  words), the gold tree's text."""
   words: str
   linearized: str
+  linearized_words: str
   tree: str
   path: str
   line: int
@@ -182,7 +188,8 @@ def _read_examples(keyed_paths) -> tuple[Example, ...]:
     for line, raw in read_trees(path):
       tree = preprocess(raw)
       if tree.leaves():
-        out.append(Example(" ".join(tree.leaves()), linearize(tree), tree_text(tree), path, line))
+        out.append(Example(" ".join(tree.leaves()), linearize(tree), linearize(tree, "words"),
+                           tree_text(tree), path, line))
   return tuple(out)
 
 
@@ -246,13 +253,14 @@ def preprocess(raw: nltk.Tree) -> nltk.Tree:
 # ----------------------------------------------------------------------------- (de)linearization
 
 
-def linearize(tree: nltk.Tree) -> str:
-  """`(S (NP XX XX )NP ... )S` of a preprocessed tree (TOP itself not written)."""
+def linearize(tree: nltk.Tree, leaves: str = "xx") -> str:
+  """`(S (NP XX XX )NP ... )S` of a preprocessed tree (TOP itself not written); with
+  leaves='words', `(S (NP The cat )NP ... )S`."""
   tokens = []
 
   def walk(node):
     if is_preterminal(node):
-      tokens.append(POS_PLACEHOLDER)
+      tokens.append(_word_token(node[0]) if leaves == "words" else POS_PLACEHOLDER)
       return
     tokens.append("(" + node.label())
     for kid in node:
@@ -261,6 +269,11 @@ def linearize(tree: nltk.Tree) -> str:
   for top in tree:
     walk(top)
   return " ".join(tokens)
+
+
+def _word_token(word: str) -> str:
+  """A word as a target token: never read as a bracket (PTB words are escaped already)."""
+  return "".join(_ESCAPES.get(ch, ch) for ch in word) if word[:1] in "()" else word
 
 
 def _prune(node: nltk.Tree) -> bool:
@@ -288,9 +301,9 @@ def _slots(node: nltk.Tree) -> list[tuple[nltk.Tree, int]]:
   return out
 
 
-def delinearize(skeleton: str, words: list[str] | str) -> Parsed:
+def delinearize(skeleton: str, words: list[str] | str, leaves: str = "xx") -> Parsed:
   """The tree of a decoded linearization with source word i at leaf i, repaired when needed
-  (the rule in the module docstring)."""
+  (the rule in the module docstring); `leaves`: what the linearization writes for a word."""
   if isinstance(words, str):
     words = words.split()
   root, repaired = nltk.Tree(ROOT, []), False
@@ -307,7 +320,7 @@ def delinearize(skeleton: str, words: list[str] | str) -> Parsed:
         stack.pop()
       else:
         repaired = True
-    elif tok == POS_PLACEHOLDER:
+    elif tok == POS_PLACEHOLDER or leaves == "words":
       stack[-1].append(nltk.Tree(POS_PLACEHOLDER, [""]))
     else:
       repaired = True
