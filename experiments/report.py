@@ -112,6 +112,15 @@ def summary_lines(rows: list[dict]) -> list[str]:
                  "end: " + (", ".join(f"{r['label']} ({r['ppl_verdict_two_thirds']} → "
                                       f"{r['ppl_verdict']})" for r in moved) or "none") + ".")
   base = next((r for r in rows if r["row"] == "base"), None)
+  forecast = base and base.get("forecast")
+  if forecast:
+    lines.append(
+        f"- Convergence forecast (log PPL = a + b t^-c fitted to base's mean dev curve from 30% "
+        f"of training): < {verdicts.CONVERGED:.0%} over the last quarter "
+        + (f"at ~{forecast['steps']} steps (PPL {forecast['ppl']:.2f})" if forecast["steps"]
+           else "not within 20x these steps")
+        + f"; at twice these steps PPL {forecast['at_2x'][0]:.2f}, {forecast['at_2x'][1]:+.1%} "
+        "over the last quarter.")
   if base and base["seeds"]:
     p, b = base["ppl"], base["bleu"]
     lines.append(f"- Base over seeds {', '.join(map(str, base['seeds']))}: dev PPL {p['mean']:.2f} "

@@ -22,9 +22,9 @@ long (18000, the paper's ratio), dev perplexity every 500 steps, BLEU on all 101
 39 runs (A h=16 and E, unchanged in the paper, one seed):
   python -m experiments.run --sweep=experiments/table3.py --scale=cpu_long \
       --out=workdirs/table3_cpu_long --parallel=2
-Expected: ~23 hours with `--parallel=2`; base dev perplexity ~7.5, still falling ~5% over the
-last quarter (a fit of log PPL = a + b t^-c to the three `cpu` base runs, steps 900-3000; < 3%
-would need ~12000 steps, ~44 hours), so the bar is that no verdict changes between two
+Expected: ~23 hours with `--parallel=2`; base dev perplexity ~7.5, still falling ~5.6% over
+the last quarter (the `cpu` report's convergence forecast, a fit of log PPL = a + b t^-c: < 3%
+would need ~12600 steps, ~44 hours), so the bar is that no verdict changes between two
 thirds of training and the end (the report shows both). Still pre-LN: post-LN base learned
 slower than pre-LN at every rate of the pilot (experiments/results/table3_postln_pilot.md).
 

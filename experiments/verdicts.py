@@ -18,7 +18,11 @@ The rules (the report, experiments/report.py, prints them beside each row):
 from __future__ import annotations
 
 import functools
+import math
 import statistics
+
+import numpy as np
+from scipy import optimize
 
 from experiments import row_runs, sweeps
 
@@ -150,6 +154,8 @@ def summarize(sweep, results: dict, planned: dict[str, list[int]], references, s
     out.append(row)
   base = next((x for x in out if x["row"] == "base"), None)
   base_curve = mean_curve(results.get("base", {}))
+  if base is not None:
+    base["forecast"] = convergence_forecast(base_curve)
   for row in out:
     compared = base is not None and row is not base
     row["gap_to_base"] = gap(mean_curve(results.get(row["row"], {})), base_curve) if compared else None
@@ -191,6 +197,34 @@ def mean_curve(runs: dict) -> dict[int, float]:
   curves = [dict((int(step), ppl) for step, ppl in res.get("dev_ppl_curve") or []) for res in runs.values()]
   steps = set.intersection(*(set(c) for c in curves)) if curves else set()
   return {s: statistics.fmean(c[s] for c in curves) for s in sorted(steps)}
+
+
+CONVERGED = 0.03  # the bar: dev PPL changes less than this over the last quarter of training
+
+
+def convergence_forecast(curve: dict[int, float], bar: float = CONVERGED) -> dict | None:
+  """Where a dev PPL curve would meet the bar: log PPL = a + b t^-c fitted (least squares) to its
+  evaluations from 30% of training on, then the first step N (a multiple of the curve's
+  evaluation interval, up to 20x its length) whose fitted change over the last quarter, from
+  0.75 N to N, is under `bar`: {'fit': (a, b, c), 'steps': N, 'ppl': fitted PPL at N,
+  'at_2x': (PPL, last-quarter change) at twice the curve's steps}; None when the fit fails."""
+  points = sorted((s, p) for s, p in curve.items() if s >= 0.3 * max(curve, default=0))
+  if len(points) < 4:
+    return None
+  t, y = (np.array(v, dtype=np.float64) for v in zip(*points))
+  f = lambda x, a, b, c: a + b * np.power(x, -c)  # noqa: E731
+  try:
+    (a, b, c), _ = optimize.curve_fit(f, t, np.log(y), p0=(math.log(y[-1]) - 0.5, 10.0, 0.5),
+                                      maxfev=20000)
+  except (RuntimeError, ValueError):
+    return None
+  ppl = lambda n: float(np.exp(f(n, a, b, c)))  # noqa: E731
+  change = lambda n: ppl(n) / ppl(0.75 * n) - 1  # noqa: E731
+  every, end = int(t[1] - t[0]), int(t[-1])
+  steps = next((n for n in range(every, 20 * end + 1, every) if n >= end and -bar < change(n)),
+               None)
+  return {"fit": (float(a), float(b), float(c)), "steps": steps,
+          "ppl": ppl(steps) if steps else None, "at_2x": (ppl(2 * end), change(2 * end))}
 
 
 def gap(row_curve: dict[int, float], base_curve: dict[int, float]) -> dict | None:

@@ -2,6 +2,7 @@
 and faked results."""
 
 import json
+import math
 
 import pytest
 
@@ -192,3 +193,16 @@ def test_the_bleu_p_value_pools_the_seeds_both_ran():
                                    refs * 2)["bleu"]["p_value"]
   assert p == expected  # base seed 2 has no partner: left out
   assert verdicts.p_value(good, {3: worse[0]}, refs) is None  # no seed in common
+
+
+def test_the_convergence_forecast_finds_where_a_curve_meets_the_bar():
+  a, b, c = 1.8, 400.0, 0.9
+  ppl = lambda t: math.exp(a + b * t ** -c)  # noqa: E731
+  curve = {s: ppl(s) for s in range(300, 3001, 300)}
+  f = verdicts.convergence_forecast(curve)
+  assert f["fit"] == pytest.approx((a, b, c), rel=1e-3)
+  n = f["steps"]
+  assert ppl(n) / ppl(0.75 * n) - 1 > -verdicts.CONVERGED >= ppl(n - 300) / ppl(0.75 * (n - 300)) - 1
+  assert f["ppl"] == pytest.approx(ppl(n), rel=1e-3) and n % 300 == 0
+  assert f["at_2x"][0] == pytest.approx(ppl(6000), rel=1e-3)
+  assert verdicts.convergence_forecast({300: 9.0, 600: 8.0}) is None  # too few points
