@@ -4,6 +4,7 @@ timeout that ends in SIGTERM), the CPU cores each may use, and SIGTERM passed on
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import shlex
 import signal
@@ -24,6 +25,27 @@ def latest_step(workdir: str):
   d = os.path.join(workdir, "checkpoints")
   steps = [int(n) for n in os.listdir(d) if n.isdigit()] if os.path.isdir(d) else []
   return max(steps) if steps else None
+
+
+def trained_seconds(workdir: str, step: int) -> float:
+  """The training time a checkpoint records (its JSON 'progress' item, checkpoint.py); 0 when
+  it cannot be read."""
+  path = os.path.join(workdir, "checkpoints", str(step), "progress", "metadata")
+  try:
+    with open(path, encoding="utf-8") as f:
+      return float(json.load(f).get("train_seconds", 0.0))
+  except (OSError, ValueError, AttributeError):
+    return 0.0
+
+
+def training_done(workdir: str, config) -> bool:
+  """A run's training is over: its newest checkpoint is at train.num_steps, or (with
+  train.max_train_minutes) records that much training time."""
+  step = latest_step(workdir)
+  if step is None:
+    return False
+  budget = config.train.max_train_minutes * 60.0
+  return step >= config.train.num_steps or bool(budget and trained_seconds(workdir, step) >= budget)
 
 
 def error_line(log_text: str, returncode: int) -> str:

@@ -53,7 +53,7 @@ from absl import flags
 
 from experiments import report, results_files, row_runs, sweeps
 from experiments.local_runner import (STOP, cpu_shares, forward_sigterm, latest_step,
-                                      subprocess_runner)
+                                      subprocess_runner, training_done)
 from transformer_jax import errors, files, workdir as workdir_lib
 from transformer_jax.config import ConfigError
 from transformer_jax.overrides import REPO, parse_overrides
@@ -170,10 +170,11 @@ def run_one(res: row_runs.Resolved, seed: int, out: str, results_dir: str, proto
       log(f"  {name}: {status.upper() if status == 'failed' else status}: {error}")
     return state
 
-  trained = latest_step(workdir)
-  if not eval_only and (trained is None or trained < target):
+  minutes = res.config.train.max_train_minutes
+  if not eval_only and not training_done(workdir, res.config):
     _share_vocab(out, workdir, res.config, "in")
-    log(f"  {name}: training ({target} steps), log {workdir}/train.log")
+    log(f"  {name}: training ({target} steps" + (f" or {minutes:g} minutes" if minutes else "")
+        + f"), log {workdir}/train.log")
     start = timing["running_since"] = time.time()  # left behind if this process is killed
     results_files.write_json(timing_path, timing)
     rc, error = runner(train_cmd, os.path.join(workdir, "train.log"), timeout_s)
@@ -185,7 +186,7 @@ def run_one(res: row_runs.Resolved, seed: int, out: str, results_dir: str, proto
     if rc != 0:
       return finish("failed", error, "train")
   step = latest_step(workdir)
-  if step is None or step < target:
+  if not training_done(workdir, res.config):
     return finish("unfinished", f"not trained yet (step {step or 0} of {target})" if eval_only
                   else f"training stopped at step {step or 0} of {target}; rerun to resume", "train")
   _share_vocab(out, workdir, res.config, "out")

@@ -55,9 +55,10 @@ class FakeCLI:
   vocabulary) writes vocab/, or fails with `fail_vocab`; `vocab_cores`: its cores."""
 
   def __init__(self, fail=(), fail_eval=(), stop_at=None, scores=None, train_seconds=0.0,
-               kill_at=None, fail_vocab=False, parse_scores=None):
+               kill_at=None, fail_vocab=False, parse_scores=None, recorded_seconds=None):
     self.fail, self.fail_eval, self.fail_vocab = set(fail), set(fail_eval), fail_vocab
     self.parse_scores = parse_scores  # a parser's evaluation: these keys in its report too
+    self.recorded_seconds = recorded_seconds  # training time the last checkpoint records
     self.vocab_cores = "not called"
     self.stop_at, self.scores, self.calls = dict(stop_at or {}), dict(scores or {}), []
     self.kill_at = dict(kill_at or {})
@@ -104,6 +105,10 @@ class FakeCLI:
     done = self.kill_at.pop(key, None) or self.stop_at.pop(key, steps)  # an interrupted run stops
     # early, exit 0 (as SIGTERM does); a killed one takes the sweep down with it (SweepKilled)
     os.makedirs(os.path.join(workdir, "checkpoints", str(done)), exist_ok=True)
+    if self.recorded_seconds is not None:  # as checkpoint.py's JSON 'progress' item
+      os.makedirs(os.path.join(workdir, "checkpoints", str(done), "progress"), exist_ok=True)
+      with open(os.path.join(workdir, "checkpoints", str(done), "progress", "metadata"), "w") as f:
+        json.dump({"train_seconds": self.recorded_seconds}, f)
     _write_vocab(workdir)
     ppl = self.scores.get(key, (9.0, 5.0))[0]
     with open(os.path.join(workdir, "metrics.jsonl"), "a") as f:

@@ -73,6 +73,22 @@ def test_rerun_skips_finished_runs_resumes_and_retries(table3, tmp_path):
   assert fake.calls == []
 
 
+def test_a_run_with_a_time_budget_is_done_when_its_checkpoint_records_the_budget(table3, tmp_path):
+  """train.max_train_minutes: a run that stopped before num_steps is evaluated when its last
+  checkpoint records the whole budget, and resumed when it records less."""
+  out, results = tmp_path / "sweep", tmp_path / "results"
+  budget = {"train.max_train_minutes": 1.0}
+  short = FakeCLI(stop_at={("base", 0): 1}, recorded_seconds=30.0)
+  states = run_fake(table3, out, results, ["base"], short, base_seeds=(0,), overrides=budget)
+  assert states[0]["status"] == "unfinished" and "rerun to resume" in states[0]["error"]
+  spent = FakeCLI(stop_at={("base", 0): 1}, recorded_seconds=60.0)
+  states = run_fake(table3, out, results, ["base"], spent, base_seeds=(0,), overrides=budget)
+  assert states[0]["status"] == "done" and spent.calls == [("train", "base", 0), ("eval", "base", 0)]
+  assert json.load(open(results / "base_seed0.json"))["step"] == 1
+  assert local_runner.trained_seconds(str(out / "base" / "seed0"), 1) == 60.0
+  assert local_runner.trained_seconds(str(out / "base" / "seed0"), 7) == 0.0  # no such checkpoint
+
+
 def test_a_killed_sweeps_training_time_is_counted_when_it_resumes(table3, tmp_path):
   # A sweep killed mid-training (a session's end) cannot record that attempt's time itself; the
   # resumed run counts it, up to the last metrics row the attempt logged.
