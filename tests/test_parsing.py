@@ -70,6 +70,8 @@ def test_linearize_is_vinyals_with_xx_and_delinearize_inverts_it():
     ("(NP XX )NP (VP XX )VP", "(TOP (NP (XX a)) (VP (XX b)) (XX c))"),
     # nothing usable: a flat tree
     ("", "(TOP (XX a) (XX b) (XX c))"),
+    # a lone leaf and no phrase: the missing words go beside it, under TOP
+    ("XX", "(TOP (XX a) (XX b) (XX c))"),
     # an empty phrase is dropped
     ("(S (NP )NP XX XX XX )S", "(TOP (S (XX a) (XX b) (XX c)))"),
 ])
@@ -277,7 +279,8 @@ def test_the_leaves_setting_chooses_the_training_targets(tmp_path):
   _mrg(tmp_path, "f_01.mrg", _fixture_trees(3, 0))
   c = load("configs/wsj_parsing.py:sample", [f"--config.data.data_dir={tmp_path}",
                                              "--config.data.local_corpus=tb",
-                                             "--config.data.train_files=f_01"])
+                                             "--config.data.train_files=f_01",
+                                             "--config.data.parse_leaves=xx"])
   xx = sources.split_source(c, "train")
   c.data.parse_leaves = "words"
   words = sources.split_source(c, "train")

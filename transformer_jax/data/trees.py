@@ -34,7 +34,7 @@ Repair (:func:`delinearize`): every decoded output becomes a tree by one determi
 2. phrases still open at the end are closed; phrases without a leaf slot are dropped;
 3. too many leaf slots: the last ones are dropped (and phrases left empty by that); too few: the
    missing words are added as XX leaves at the end of the top phrase (of TOP itself when the
-   output has several top-level phrases or none);
+   output has several top-level phrases, none, or only a leaf);
 4. leaf i gets source word i (`(` and `)` in a word are written `-LRB-` / `-RRB-`).
 """
 
@@ -334,7 +334,7 @@ def delinearize(skeleton: str, words: list[str] | str, leaves: str = "xx") -> Pa
     _prune(root)
   elif len(slots) < len(words):
     repaired = True
-    target = root[0] if len(root) == 1 else root
+    target = root[0] if len(root) == 1 and not is_preterminal(root[0]) else root
     for _ in range(len(words) - len(slots)):
       target.append(nltk.Tree(POS_PLACEHOLDER, [""]))
   for (parent, i), word in zip(_slots(root), words):
