@@ -37,7 +37,7 @@ Deviations of the sample variant only, for 3396 training trees and 2 shared CPU 
 - 4000 BPE pieces (paper 16K): the sample has ~11K word types.
 - weight decay 0.1 (paper none): 3.4K trees overfit quickly.
 - ~2048 target tokens a batch, warmup 300, learning-rate scale 0.7 (scale 1.0: dev PPL 2.56 vs
-  2.17 at 900 steps, experiments/results/wsj_parsing_pilot/).
+  2.17 at 900 steps, experiments/results/wsj_parsing_pilot.md).
 - stops after 50 minutes of training (`train.max_train_minutes`).
 """
 

@@ -124,9 +124,9 @@ def summary_lines(rows: list[dict]) -> list[str]:
   if base and base["seeds"]:
     p, b = base["ppl"], base["bleu"]
     lines.append(f"- Base over seeds {', '.join(map(str, base['seeds']))}: dev PPL {p['mean']:.2f} "
-                 f"({p['min']:.2f}–{p['max']:.2f}, range {p['max'] - p['min']:.2f}), tokenized "
-                 f"BLEU {b['mean']:.2f} ({b['min']:.2f}–{b['max']:.2f}, range "
-                 f"{b['max'] - b['min']:.2f}).")
+                 f"({p['min']:.2f}–{p['max']:.2f}, range {p['max'] - p['min']:.2f})" + (
+                     f", tokenized BLEU {b['mean']:.2f} ({b['min']:.2f}–{b['max']:.2f}, range "
+                     f"{b['max'] - b['min']:.2f})" if b["n"] else "") + ".")
   return lines
 
 

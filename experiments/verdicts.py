@@ -58,7 +58,9 @@ def paper_unchanged(sweep) -> list[str]:
           and abs(round(sweep.rows[r].paper.bleu - base.bleu, 6)) <= 0.1]
 
 
-def spread(values: list[float]) -> dict:
+def spread(values: list[float | None]) -> dict:
+  """Mean, min, max and count of the values a run has (a parser's runs have no BLEU: None)."""
+  values = [v for v in values if v is not None]
   return {"mean": statistics.fmean(values), "min": min(values), "max": max(values),
           "n": len(values)} if values else {"mean": None, "min": None, "max": None, "n": 0}
 
@@ -67,6 +69,8 @@ def verdict(expected, row_values: list[float], base_values: list[float]) -> dict
   """A row against base on one metric: the difference of the means, the noise (the larger of the
   two ranges over seeds) and the verdict ('✓', '✗', '=', '= ✓', or '' without values or
   expectation); see the module docstring."""
+  row_values = [v for v in row_values if v is not None]
+  base_values = [v for v in base_values if v is not None]
   if not row_values or not base_values:
     return {"delta": None, "noise": None, "verdict": ""}
   delta = statistics.fmean(row_values) - statistics.fmean(base_values)

@@ -133,12 +133,13 @@ class FakeCLI:
     stem = workdir_lib.eval_stem(workdir, "validation", step,
                                  bleu_sentences=int(self._arg(cmd, "--bleu_sentences")))
     os.makedirs(os.path.dirname(stem), exist_ok=True)
+    scores = self.parse_scores or {"sacrebleu": bleu - 1, "sacrebleu_signature": "nrefs:1|...",
+                                   "chrf": 30.0, "tokenized_bleu": bleu}  # a parser: no BLEU
     with open(stem + ".json", "w") as f:
-      json.dump({"loss": 2.5, "nll": 2.2, "perplexity": ppl, "tokens": 1000, "sacrebleu": bleu - 1,
-                 "sacrebleu_signature": "nrefs:1|...", "chrf": 30.0, "tokenized_bleu": bleu,
-                 "sentences": 4, "step": step, "split": "validation", "eval_seconds": 3.0,
+      json.dump({"loss": 2.5, "nll": 2.2, "perplexity": ppl, "tokens": 1000, "sentences": 4,
+                 "step": step, "split": "validation", "eval_seconds": 3.0,
                  "decode": {"beam_size": 2, "alpha": 0.6, "max_extra_len": 4, "batch_size": 8},
-                 **(self.parse_scores or {})}, f)
+                 **scores}, f)
     words = "Ein Hund läuft".split()[:1 + int(bleu) % 3]  # systems that differ
     with open(stem + ".jsonl", "w") as f:
       for i, ref in enumerate(REFERENCES):

@@ -171,11 +171,12 @@ def test_a_parsers_sweep_records_and_reports_bracket_f1(table3, tmp_path):
   the report's per-run table, in the columns BLEU has for a translation sweep."""
   out, results = tmp_path / "sweep", tmp_path / "t3_tiny"
   parse = {"f1": 61.25, "precision": 60.0, "recall": 62.5, "exact_match": 12.5, "repaired": 3}
-  run_fake(table3, out, results, ["base"], FakeCLI(parse_scores=parse), base_seeds=(0,))
+  run_fake(table3, out, results, ["base", "A_h1"], FakeCLI(parse_scores=parse), seeds=(0,),
+           base_seeds=(0,))
   record = json.loads((results / "base_seed0.json").read_text())
-  assert {k: record[k] for k in parse} == parse
-  result = sweep_cli("--report", f"--sweep={TABLE3}", "--scale=tiny", "--rows=base",
-                     "--base_seeds=0", f"--results_dir={results}", f"--out={out}")
+  assert {k: record[k] for k in parse} == parse and record["bleu"] is None
+  result = sweep_cli("--report", f"--sweep={TABLE3}", "--scale=tiny", "--rows=base,A_h1",
+                     "--seeds=0", "--base_seeds=0", f"--results_dir={results}", f"--out={out}")
   assert result.returncode == 0, result.stderr
   md = (tmp_path / "t3_tiny.md").read_text()
   runs = md[md.index("## Every run"):]
