@@ -9,6 +9,7 @@ checks of their own are in experiments/battery_faults.py; experiments/battery.py
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -159,10 +160,21 @@ def _skipped(why: str) -> dict:
   return {"ok": None, "run": None, "checks": {f"skipped: {why}": True}, "others": []}
 
 
-def _mounted_tmpfs(folder: str, size: str) -> bool:
+@contextlib.contextmanager
+def _tmpfs_copy(folder: str, size: str, src: str, names: tuple[str, ...]):
+  """`folder` as a tmpfs of `size` holding a copy of src's `names` (unmounted after); yields
+  False, copying nothing, where mounting is not permitted."""
   os.makedirs(folder)
-  return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", folder],
-                        capture_output=True).returncode == 0
+  if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", folder],
+                    capture_output=True).returncode:
+    yield False
+    return
+  try:
+    for name in names:
+      shutil.copytree(os.path.join(src, name), os.path.join(folder, name))
+    yield True
+  finally:
+    subprocess.run(["umount", "-l", folder], check=False)
 
 
 # ------------------------------------------------------------------------------ the refusals

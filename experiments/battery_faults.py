@@ -14,7 +14,7 @@ import sys
 import time
 
 from experiments.battery_cases import (_cli, _env, _finish, _garble, _metric_steps,
-                                       _mounted_tmpfs, _result, _skipped, _start, _steps,
+                                       _result, _skipped, _start, _steps, _tmpfs_copy,
                                        _train_cmd, _tree, _trained, _wait_for, _with_vocab, run)
 from transformer_jax import metrics
 from transformer_jax.overrides import REPO
@@ -109,11 +109,9 @@ def kill9_resume(scratch):
       "checkpoint kept, no partial *-tmp folder")
 def disk_full(scratch):
   workdir = os.path.join(scratch, "full")
-  if not _mounted_tmpfs(workdir, "4m"):
-    return _skipped("mount not permitted")
-  try:
-    src = _with_vocab(scratch, "full_vocab_src")
-    shutil.copytree(os.path.join(src, "vocab"), os.path.join(workdir, "vocab"))
+  with _tmpfs_copy(workdir, "4m", _with_vocab(scratch, "full_vocab_src"), ("vocab",)) as mounted:
+    if not mounted:
+      return _skipped("mount not permitted")
     r = run(_train_cmd(workdir, "--config.train.num_steps=100"))
     names = os.listdir(os.path.join(workdir, "checkpoints"))
     return _result(r, {
@@ -121,8 +119,6 @@ def disk_full(scratch):
         "at most 3 lines of output": len(r.lines) <= 3,
         "no partial folder": not [n for n in names if "tmp" in n],
         "good checkpoints remain": bool(_steps(workdir))})
-  finally:
-    subprocess.run(["umount", "-l", workdir], check=False)
 
 
 @case("divergence (learning_rate_scale=1e6)", "a warning with the step when the loss exceeds 4x "
@@ -217,18 +213,14 @@ def resume_more_steps(scratch):
       "is decoded")
 def eval_read_only(scratch):
   workdir = os.path.join(scratch, "read_only")
-  if not _mounted_tmpfs(workdir, "64m"):
-    return _skipped("mount not permitted")
-  try:
-    src = _trained(scratch, "read_only_src")
-    for name in ("checkpoints", "vocab"):
-      shutil.copytree(os.path.join(src, name), os.path.join(workdir, name))
+  src = _trained(scratch, "read_only_src")
+  with _tmpfs_copy(workdir, "64m", src, ("checkpoints", "vocab")) as mounted:
+    if not mounted:
+      return _skipped("mount not permitted")
     subprocess.run(["mount", "-o", "remount,ro", workdir], check=True)
     r = run(_cli("--mode=eval", f"--workdir={workdir}", "--split=validation"))
     return _result(r, {"one-line error naming the eval folder": r.one_line_error(f"{workdir}/eval"),
                        "nothing decoded first": "translate:" not in r.output})
-  finally:
-    subprocess.run(["umount", "-l", workdir], check=False)
 
 
 @case("empty --workdir= (an unset shell variable)", "exit 2, one line; nothing written in the "
