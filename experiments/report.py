@@ -130,6 +130,33 @@ def summary_lines(rows: list[dict]) -> list[str]:
   return lines
 
 
+def comparison_lines(rows: list[dict], other_scale: str, other: dict | None, link: str) -> list[str]:
+  """Each row's verdicts beside those of the same sweep at `other_scale` (its committed report
+  JSON `other`, linked as `link`): the clear rows' counts, then the rows whose verdict differs."""
+  if not other_scale:
+    return []
+  if not other:
+    return [f"## Beside scale '{other_scale}'", "", f"(Its report, `{link}`, is not there.)", ""]
+  theirs = {r["row"]: r for r in other["rows"]}
+  both = [r for r in rows if r["row"] in theirs]
+  lines = [f"## Beside scale '{other_scale}'", "", f"Its report: [{link}]({link}). Clear rows in "
+           "the paper's direction beyond the seed spread (✓), here and there:", ""]
+  for key, name in (("ppl", "PPL"), ("bleu", "BLEU")):
+    clear = [r for r in both if r[f"{key}_expected"] in ("+", "-")]
+    lines.append(f"- {name}: here {sum(r[f'{key}_verdict'] == '✓' for r in clear)} of {len(clear)}, "
+                 f"{other_scale} {sum(theirs[r['row']][f'{key}_verdict'] == '✓' for r in clear)} "
+                 f"of {len(clear)} (pending here: "
+                 f"{sum(r[f'{key}_verdict'] == 'pending' for r in clear)}).")
+  changed = [r for r in both if any(r[f"{k}_verdict"] not in ("pending", theirs[r["row"]][f"{k}_verdict"])
+                                    for k in ("ppl", "bleu"))]
+  delta = lambda r, k: "—" if r[f"{k}_delta"] is None else f"{r[f'{k}_delta']:+.2f}"  # noqa: E731
+  table = [[r["label"], *(f"{delta(theirs[r['row']], k)} {theirs[r['row']][f'{k}_verdict']} → "
+                          f"{delta(r, k)} {r[f'{k}_verdict']}" for k in ("ppl", "bleu"))]
+           for r in changed]
+  lines += ["", "Rows whose verdict differs (Δ vs base and verdict, there → here):", ""]
+  return lines + ([markdown.table(["row", "PPL", "BLEU"], table)] if table else ["none", ""])
+
+
 def report_markdown(sweep, scale_name: str, rows: list[dict], results: dict, reading: str,
                     stem: str, changes: dict | None = None) -> str:
   runs = [res for by_seed in results.values() for res in by_seed.values()]
@@ -170,7 +197,12 @@ def report_markdown(sweep, scale_name: str, rows: list[dict], results: dict, rea
   problems = [f"{r['row']} {p}" for r in rows for p in r["problems"]]
   if problems:
     lines += ["Not finished: " + "; ".join(problems) + ".", ""]
-  lines += ["## Summary", "", *summary_lines(rows), "", "## Beside the paper", "",
+  other_scale = sweep.scales[scale_name].get("compare_with", "")
+  other = os.path.join(os.path.dirname(stem), f"{sweep.name}_{other_scale}")
+  lines += ["## Summary", "", *summary_lines(rows), "",
+            *comparison_lines(rows, other_scale, results_files.read_json(other + ".json"),
+                              os.path.basename(other) + ".md"),
+            "## Beside the paper", "",
             "PPL = dev perplexity per target token, exp(NLL), no label smoothing in it; BLEU = "
             "tokenized BLEU of beam search (the paper's), no checkpoint averaging. Ours: mean over "
             "seeds (min–max, n). Δ vs base: the paper's / ours (noise = the larger of the row's "

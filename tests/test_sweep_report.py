@@ -156,6 +156,24 @@ def test_the_verdict_at_two_thirds_of_training(table3):
   assert "1 of 2 clear rows ✓" in line and "(C) N=2 (✗ → ✓)" in line
 
 
+def test_the_report_sets_its_verdicts_beside_another_scales():
+  """`compare_with`: the clear rows' counts here and there, the rows whose verdict differs with
+  their Δ vs base, rows pending here not counted as changed; a missing report is said."""
+  def row(name, ppl, ppl_delta, bleu="pending", expected="+"):
+    return {"row": name, "label": name, "ppl_expected": expected, "ppl_verdict": ppl,
+            "ppl_delta": ppl_delta, "bleu_expected": "-", "bleu_verdict": bleu, "bleu_delta": None}
+  here = [row("base", None, None, None, "="), row("A_h1", "✓", 0.6), row("C_N2", "✓", 0.9),
+          row("C_N4", "pending", None)]
+  there = {"rows": [row("base", None, None, None, "="), row("A_h1", "✗", -0.3),
+                    row("C_N2", "✓", 0.4), row("C_N4", "✓", 0.2), row("big", "✓", -1.0)]}
+  text = "\n".join(report.comparison_lines(here, "cpu", there, "t3_cpu.md"))
+  assert "- PPL: here 2 of 3, cpu 2 of 3 (pending here: 1)." in text
+  assert "| A_h1 | -0.30 ✗ → +0.60 ✓ | — pending → — pending |" in text
+  assert "C_N2 |" not in text and "C_N4 |" not in text
+  assert "is not there" in "\n".join(report.comparison_lines(here, "cpu", None, "t3_cpu.md"))
+  assert report.comparison_lines(here, "", there, "t3_cpu.md") == []
+
+
 def test_paper_step_ratio_gives_big_the_papers_three_times_base(table3):
   table3.scales.tiny.paper_step_ratio = True
   try:
