@@ -160,6 +160,7 @@ def comparison_lines(rows: list[dict], other_scale: str, other: dict | None, lin
 def report_markdown(sweep, scale_name: str, rows: list[dict], results: dict, reading: str,
                     stem: str, changes: dict | None = None) -> str:
   runs = [res for by_seed in results.values() for res in by_seed.values()]
+  parsing = any("f1" in r for r in runs)  # a parser's sweep: bracket F1 where BLEU would be
   base = next((r for r in rows if r["row"] == "base"), None)
   commands = sorted({r["commands"]["sweep"] for r in runs if r["commands"].get("sweep")})
   machines = sorted({f"{r['machine']['cpu']}, {r['machine']['cores']} cores" for r in runs})
@@ -209,14 +210,17 @@ def report_markdown(sweep, scale_name: str, rows: list[dict], results: dict, rea
             "and base's ranges over seeds). Verdict: ✓ beyond the noise in the paper's direction "
             f"(clear when the paper's |ΔPPL| ≥ {verdicts.PPL_CLEAR:g}, |ΔBLEU| ≥ "
             f"{verdicts.BLEU_CLEAR:g}), ✗ beyond it the other way or where the paper shows no "
-            "change, = within it (= ✓ where the paper shows no change). p: paired bootstrap of the row's sacreBLEU against base's "
-            "(sacreBLEU, 1000 resamples, pooled over the seeds both ran: row seed k against base seed k). Params at paper scale: the exact count "
+            "change, = within it (= ✓ where the paper shows no change). p: paired bootstrap of the row's "
+            + ("bracket F1" if parsing else "sacreBLEU") + " against base's (sacreBLEU's test, "
+            "1000 resamples, pooled over the seeds both ran: row seed k against base seed k). Params at paper scale: the exact count "
             "of the row at the paper's widths and a 37000-piece vocabulary.", ""]
   lines.append(markdown.table(
-      ["row", "PPL paper", "PPL ours", "ΔPPL vs base", "PPL", "BLEU paper", "BLEU ours",
-       "ΔBLEU vs base", "BLEU", "p (BLEU)", "params ×10⁶ paper", "params ×10⁶ at paper scale"],
+      ["row", "PPL paper", "PPL ours", "ΔPPL vs base", "PPL", "BLEU paper",
+       "F1 ours" if parsing else "BLEU ours",
+       "ΔBLEU vs base", "BLEU", "p (F1)" if parsing else "p (BLEU)", "params ×10⁶ paper", "params ×10⁶ at paper scale"],
       [[r["label"], _num(r["paper_ppl"]), _ours(r, "ppl", 2), _delta(r, base, "ppl"),
-        r["ppl_verdict"], _num(r["paper_bleu"], 1), _ours(r, "bleu", 1), _delta(r, base, "bleu"),
+        r["ppl_verdict"], _num(r["paper_bleu"], 1),
+        _ours(r, "f1", 2) if parsing else _ours(r, "bleu", 1), _delta(r, base, "bleu"),
         r["bleu_verdict"], _num(r["p_value"], 3), r["paper_params_m"],
         None if r["paper_scale_params"] is None else f"{r['paper_scale_params'] / 1e6:.1f}"]
        for r in rows]))
@@ -253,7 +257,6 @@ def report_markdown(sweep, scale_name: str, rows: list[dict], results: dict, rea
           _num(r["step_seconds"], 3), "; ".join([r["status"]] + r["problems"])] for r in rows]))
   lines += ["", "## Every run", ""]
   runs = [results.get(row["row"], {})[s] for row in rows for s in row["seeds"]]
-  parsing = any("f1" in r for r in runs)  # a parser's sweep: bracket F1 where BLEU would be
   scored = (["F1", "P / R", "exact", "repaired"] if parsing else ["BLEU tok.", "sacreBLEU", "chrF"])
   lines.append(markdown.table(
       ["row", "seed", "steps", "dev loss", "dev PPL"] + scored +

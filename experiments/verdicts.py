@@ -21,6 +21,7 @@ import functools
 import math
 import statistics
 
+import nltk
 import numpy as np
 from scipy import optimize
 
@@ -88,15 +89,20 @@ def verdict(expected, row_values: list[float], base_values: list[float]) -> dict
 
 
 def p_value(base: dict[int, dict], row: dict[int, dict], references: list[str]):
-  """Paired bootstrap p-value of a row's sacreBLEU against base's, pooled over the seeds both
-  ran (`base`, `row`: seed -> result): each seed's translations of the same dev sentences,
-  concatenated, row seed k against base seed k; None without a seed in common."""
-  from transformer_jax import bleu  # pylint: disable=g-import-not-at-top
+  """Paired bootstrap p-value of a row's sacreBLEU (a parser's: bracket F1) against base's,
+  pooled over the seeds both ran (`base`, `row`: seed -> result): each seed's outputs for the
+  same dev sentences, concatenated, row seed k against base seed k; None without a seed in
+  common."""
+  from transformer_jax import bleu, parseval  # pylint: disable=g-import-not-at-top
   seeds = sorted(set(base) & set(row))
   if not references or not seeds or any(
       len(r[s]["hypotheses"]) != len(references) for r in (base, row) for s in seeds):
     return None
   pooled = lambda runs: [h for s in seeds for h in runs[s]["hypotheses"]]  # noqa: E731
+  if "f1" in base[seeds[0]]:  # a parser's: its outputs and references are trees
+    trees = lambda lines: [nltk.Tree.fromstring(t) for t in lines]  # noqa: E731
+    return parseval.paired_bootstrap(trees(references * len(seeds)), trees(pooled(base)),
+                                     trees(pooled(row)))["f1"]["p_value"]
   return bleu.paired_bootstrap(pooled(base), pooled(row), references * len(seeds))["bleu"]["p_value"]
 
 
@@ -141,6 +147,7 @@ def summarize(sweep, results: dict, planned: dict[str, list[int]], references, s
            "ppl": spread([runs[s]["dev_ppl"] for s in seeds]),
            "bleu": spread([runs[s]["bleu_tokenized"] for s in seeds]),
            "sacrebleu": spread([runs[s]["bleu"] for s in seeds]),
+           "f1": spread([runs[s].get("f1") for s in seeds]),  # a parser's bracket F1
            "last_quarter": spread([runs[s]["last_quarter"]["relative_change"] for s in seeds
                                    if runs[s].get("last_quarter")]),
            "train_minutes": sum(runs[s]["train_minutes"] for s in seeds),

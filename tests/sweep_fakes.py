@@ -31,6 +31,9 @@ def one_line_error(result) -> str:
 
 REFERENCES = ["Ein Hund läuft im Park .", "Zwei Männer spielen Fußball .",
               "Eine Frau liest ein Buch .", "Kinder spielen am Strand ."]
+# a parser's: the gold trees of the same sentences, and its worse outputs' flat trees
+TREES = [f"(TOP (S (NP (XX {s.split()[0]}) (XX {s.split()[1]})) (VP {' '.join(f'(XX {w})' for w in s.split()[2:])})))"
+         for s in REFERENCES]
 
 
 class SweepKilled(BaseException):
@@ -142,8 +145,10 @@ class FakeCLI:
                  **scores}, f)
     words = "Ein Hund läuft".split()[:1 + int(bleu) % 3]  # systems that differ
     with open(stem + ".jsonl", "w") as f:
-      for i, ref in enumerate(REFERENCES):
-        hyp = ref if i < bleu / 10 else " ".join(words) + " ."
+      for i, ref in enumerate(TREES if self.parse_scores else REFERENCES):
+        hyp = ref if i < bleu / 10 else (
+            f"(TOP (S {' '.join(f'(XX {w})' for w in REFERENCES[i].split())}))" if self.parse_scores
+            else " ".join(words) + " .")
         f.write(json.dumps({"index": i, "source": "x", "reference": ref, "hypothesis": hyp}) + "\n")
     return 0, ""
 

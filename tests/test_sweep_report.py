@@ -4,12 +4,13 @@ and faked results."""
 import json
 import math
 
+import nltk
 import pytest
 
 from experiments import report, row_runs, sweeps, verdicts
 from tests.common import table_row
 from tests.sweep_fakes import TABLE3, FakeCLI, run_fake, sweep_cli
-from transformer_jax import bleu
+from transformer_jax import bleu, parseval
 
 
 @pytest.fixture(scope="module")
@@ -201,6 +202,9 @@ def test_a_parsers_sweep_records_and_reports_bracket_f1(table3, tmp_path):
   cells = dict(zip(table_row(runs, "row"), table_row(runs, "base")))
   assert (cells["F1"], cells["P / R"], cells["repaired"]) == ("61.25", "60.00 / 62.50", "3")
   assert "sacreBLEU" not in table_row(runs, "row")
+  paper = md[md.index("## Beside the paper"):md.index("## What each row ran")]
+  cells = dict(zip(table_row(paper, "row"), table_row(paper, "(A) h=1, d_k=d_v=512")))
+  assert float(cells["p (F1)"]) > 0  # the bootstrap of the trees' bracket F1
 
 
 def test_the_bleu_p_value_pools_the_seeds_both_ran():
@@ -211,6 +215,23 @@ def test_the_bleu_p_value_pools_the_seeds_both_ran():
   expected = bleu.paired_bootstrap(refs * 2, [h for s in (0, 1) for h in worse[s]["hypotheses"]],
                                    refs * 2)["bleu"]["p_value"]
   assert p == expected  # base seed 2 has no partner: left out
+  assert verdicts.p_value(good, {3: worse[0]}, refs) is None  # no seed in common
+
+
+def test_a_parsers_p_value_is_the_bootstrap_of_bracket_f1():
+  """Parser runs (their results carry F1) are compared on bracket F1 of their trees, not on the
+  BLEU of tree strings."""
+  refs = ["(TOP (S (NP (DT a) (NN dog)) (VP (VBZ runs)) (. .)))",
+          "(TOP (S (NP (NNS men)) (VP (VBP play) (NP (NN ball))) (. .)))"] * 6
+  flat = ["(TOP (S (XX a) (XX dog) (XX runs) (XX .)))",
+          "(TOP (S (XX men) (XX play) (XX ball) (XX .)))"] * 6
+  good = {s: {"f1": 100.0, "hypotheses": list(refs)} for s in (0, 1)}
+  worse = {s: {"f1": 40.0, "hypotheses": list(flat)} for s in (0, 1)}
+  tree = nltk.Tree.fromstring
+  expected = parseval.paired_bootstrap([tree(t) for t in refs * 2], [tree(t) for t in refs * 2],
+                                       [tree(t) for t in flat * 2])["f1"]
+  assert expected["delta"] < -30
+  assert verdicts.p_value(good, worse, refs) == expected["p_value"]
   assert verdicts.p_value(good, {3: worse[0]}, refs) is None  # no seed in common
 
 
