@@ -104,13 +104,15 @@ def summary_lines(rows: list[dict]) -> list[str]:
       lines.append(f"  - Other rows with a small change in the paper (|Δ{name}| < {clear:g}): "
                    f"{count('= ✓', small)} of {len(small)} within the spread, "
                    f"{count('✗', small)} beyond it, {count('pending', small)} pending.")
-  early = [r for r in rows if r.get("ppl_verdict_two_thirds") and r["ppl_expected"] in ("+", "-")]
-  if early:
-    moved = [r for r in early if r["ppl_verdict_two_thirds"] != r["ppl_verdict"]]
-    lines.append(f"- PPL at two thirds of training: {sum(r['ppl_verdict_two_thirds'] == '✓' for r in early)}"
-                 f" of {len(early)} clear rows ✓; verdicts that change between two thirds and the "
-                 "end: " + (", ".join(f"{r['label']} ({r['ppl_verdict_two_thirds']} → "
-                                      f"{r['ppl_verdict']})" for r in moved) or "none") + ".")
+  for key, name in (("ppl", "PPL"), ("bleu", "BLEU")):
+    early = [r for r in rows if r.get(f"{key}_verdict_two_thirds") and r[f"{key}_expected"] in ("+", "-")]
+    if early:
+      moved = [r for r in early if r[f"{key}_verdict_two_thirds"] != r[f"{key}_verdict"]]
+      lines.append(f"- {name} at two thirds of training: "
+                   f"{sum(r[f'{key}_verdict_two_thirds'] == '✓' for r in early)} of {len(early)} "
+                   "clear rows ✓; verdicts that change between two thirds and the end: " + (
+                       ", ".join(f"{r['label']} ({r[f'{key}_verdict_two_thirds']} → "
+                                 f"{r[f'{key}_verdict']})" for r in moved) or "none") + ".")
   base = next((r for r in rows if r["row"] == "base"), None)
   forecast = base and base.get("forecast")
   if forecast:

@@ -213,8 +213,10 @@ PARSE_SCORES = ("f1", "precision", "recall", "exact_match", "repaired")
 
 
 def build_result(res: row_runs.Resolved, seed: int, protocol: dict, workdir: str, evaluation: dict,
-                 sentences: list[dict], timing: dict, commands: dict) -> dict:
-  """The committed record of one finished (row, seed)."""
+                 sentences: list[dict], timing: dict, commands: dict,
+                 early: dict | None = None) -> dict:
+  """The committed record of one finished (row, seed); `early`: the evaluation of its checkpoint
+  at two thirds of training, where the scale asks for one."""
   from transformer_jax.config import ModelConfig  # pylint: disable=g-import-not-at-top
   from transformer_jax.params import count_params  # pylint: disable=g-import-not-at-top
   curve = dev_curve(workdir)
@@ -234,6 +236,9 @@ def build_result(res: row_runs.Resolved, seed: int, protocol: dict, workdir: str
       "alpha": decode.get("alpha"),
       # a parser's (data.task='parsing') bracket scores on the same sentences (parseval.py)
       **{k: evaluation[k] for k in PARSE_SCORES if k in evaluation},
+      "two_thirds": early and {"step": early.get("step"), "dev_ppl": early.get("perplexity"),
+                               "bleu": early.get("sacrebleu"),
+                               "bleu_tokenized": early.get("tokenized_bleu")},
       "dev_ppl_curve": curve, "last_quarter": last_quarter_change(curve),
       "train_minutes": timing["train_seconds"] / 60, "train_attempts": timing["train_attempts"],
       "eval_minutes": timing["eval_seconds"] / 60,

@@ -40,11 +40,13 @@ class Resolved:
   hparams: dict[str, Any]        # the Table 3 columns of the run (scaled)
   paper_hparams: dict[str, Any]  # the same columns in paper units
   bleu_sentences: int
+  two_thirds_step: int = 0       # also evaluated there (the scale's bleu_two_thirds; 0: not)
 
   def to_json(self) -> dict:
     return {"row": self.row_id, "label": self.label, "group": self.group, "scale": self.scale,
             "config": self.config_spec, "overrides": self.overrides, "hparams": self.hparams,
-            "paper_hparams": self.paper_hparams, "bleu_sentences": self.bleu_sentences}
+            "paper_hparams": self.paper_hparams, "bleu_sentences": self.bleu_sentences,
+            "two_thirds_step": self.two_thirds_step}
 
 
 def flatten(tree, prefix: str = "") -> dict[str, Any]:
@@ -126,7 +128,8 @@ def resolve(sweep: ml_collections.ConfigDict, row_id: str, scale_name: str,
                if k not in original or original[k] != v or type(original[k]) is not type(v)]
   return Resolved(row_id=row_id, label=row.label, group=row.group, scale=scale_name,
                   config_spec=spec, config=cfg, overrides=overrides, hparams=_columns(final),
-                  paper_hparams=_columns(paper), bleu_sentences=int(sc.bleu_sentences))
+                  paper_hparams=_columns(paper), bleu_sentences=int(sc.bleu_sentences),
+                  two_thirds_step=(2 * cfg.train.num_steps // 3 if sc.get("bleu_two_thirds") else 0))
 
 
 def resolve_all(sweep, rows: list[str], scale_name: str, user_overrides=None,
@@ -170,7 +173,7 @@ def seeds_of(sweep, scale_name: str, row_id: str, seeds: list[int] | None = None
 BOOKKEEPING_KEYS = frozenset((
     "seed", "data.data_dir", "data.eval_data_dir", "data.tfds_data_dir", "data.num_workers",
     "train.log_every_steps", "train.checkpoint_every_minutes", "train.checkpoint_every_steps",
-    "train.keep_checkpoints", "train.progress_bar", "train.peak_flops", "train.max_train_minutes",
+    "train.keep_checkpoints", "train.keep_every_steps", "train.progress_bar", "train.peak_flops", "train.max_train_minutes",
     "train.eval_every_steps", "train.max_eval_batches", "train.eval_bleu_sentences"))
 
 

@@ -210,7 +210,22 @@ def run_one(res: row_runs.Resolved, seed: int, out: str, results_dir: str, proto
   if not results_files.write_once(refs_path, references) and results_files.read_json(refs_path) != references:
     return finish("failed", f"its dev references differ from {refs_path}", "eval")
   commands = {"sweep": sweep_command, "train": shlex.join(train_cmd), "eval": shlex.join(eval_cmd)}
-  result = results_files.build_result(res, seed, protocol, workdir, evaluation, sentences, timing, commands)
+  early = None
+  if res.two_thirds_step:  # the kept checkpoint at two thirds of training, the same sentences
+    early_cmd = row_runs.eval_command(workdir, bleu_sentences=res.bleu_sentences,
+                                      step=res.two_thirds_step, python=sys.executable)
+    log(f"  {name}: evaluating step {res.two_thirds_step} too (two thirds of training)")
+    start = time.time()
+    rc, error = runner(early_cmd, os.path.join(workdir, "eval_two_thirds.log"), 0.0)
+    timing["eval_seconds"] += time.time() - start
+    results_files.write_json(timing_path, timing)
+    early = results_files.read_json(workdir_lib.eval_stem(
+        workdir, "validation", res.two_thirds_step, bleu_sentences=res.bleu_sentences) + ".json")
+    if rc != 0 or early is None:
+      return finish("failed", error or f"no evaluation of step {res.two_thirds_step}", "eval")
+    commands["eval_two_thirds"] = shlex.join(early_cmd)
+  result = results_files.build_result(res, seed, protocol, workdir, evaluation, sentences, timing,
+                                      commands, early)
   if not results_files.write_once(result_path, result):
     log(f"  {name}: {result_path} appeared meanwhile; kept")
   state = finish("done", stage="eval")

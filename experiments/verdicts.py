@@ -185,6 +185,13 @@ def summarize(sweep, results: dict, planned: dict[str, list[int]], references, s
       row["ppl_verdict_two_thirds"] = early or None
     else:
       row["ppl_verdict_two_thirds"] = None
+    # BLEU at two thirds: measured only where the scale keeps that checkpoint (bleu_two_thirds)
+    early_bleu = lambda r: [(results[r][s].get("two_thirds") or {}).get("bleu_tokenized")  # noqa: E731
+                            for s in results.get(r, {})]
+    row["bleu_verdict_two_thirds"] = (verdict(
+        row["bleu_expected"], early_bleu(row["row"]), early_bleu("base"))["verdict"] or None
+        if compared and row["bleu_expected"] and row["bleu_verdict"] not in ("", "pending")
+        and None not in early_bleu(row["row"]) + early_bleu("base") else None)
     row["p_value"] = (p_value({s: results["base"][s] for s in base["seeds"]},
                               {s: results[row["row"]][s] for s in row["seeds"]}, references)
                       if compared else None)

@@ -125,14 +125,17 @@ class FakeCLI:
     return 0, ""
 
   def _evaluate(self, cmd, workdir, key):
+    step_arg = [a for a in cmd if a.startswith("--step=")]  # a kept earlier checkpoint
     assert cmd[1:] == ["-m", "transformer_jax.main", "--mode=eval", f"--workdir={workdir}",
-                       "--split=validation", cmd[-1]]
+                       "--split=validation", *step_arg, cmd[-1]]
     with self._lock:
       self.calls.append(("eval", *key))
     if key in self.fail_eval:
       return 1, "RuntimeError: out of memory"
-    step = local_runner.latest_step(workdir)
+    step = int(step_arg[0].split("=")[1]) if step_arg else local_runner.latest_step(workdir)
     ppl, bleu = self.scores.get(key, (9.0, 5.0))
+    if step_arg:  # earlier in training: worse
+      ppl, bleu = ppl * 1.5, bleu - 2
     stem = workdir_lib.eval_stem(workdir, "validation", step,
                                  bleu_sentences=int(self._arg(cmd, "--bleu_sentences")))
     os.makedirs(os.path.dirname(stem), exist_ok=True)

@@ -175,6 +175,32 @@ def test_the_report_sets_its_verdicts_beside_another_scales():
   assert report.comparison_lines(here, "", there, "t3_cpu.md") == []
 
 
+def test_the_bleu_verdict_at_two_thirds_comes_from_the_kept_checkpoint(table3, tmp_path):
+  """A scale with bleu_two_thirds: each run's checkpoint at 2/3 of its steps is evaluated too
+  (the same sentences), recorded, and judged as at the end; the report says which moved."""
+  table3.scales.tiny.bleu_two_thirds = True
+  try:
+    assert row_runs.resolve(table3, "base", "tiny").two_thirds_step == 1  # 2/3 of 2 steps
+    out, results = tmp_path / "sweep", tmp_path / "t3_tiny"
+    fake = FakeCLI(scores={("base", 0): (10.0, 20.0), ("A_h1", 0): (11.0, 18.0)})
+    run_fake(table3, out, results, ["base", "A_h1"], fake, seeds=(0,), base_seeds=(0,))
+  finally:
+    table3.scales.tiny.bleu_two_thirds = False
+  record = json.loads((results / "A_h1_seed0.json").read_text())
+  assert record["two_thirds"] == {"step": 1, "dev_ppl": 16.5, "bleu": 15.0, "bleu_tokenized": 16.0}
+  assert "--step=1" in record["commands"]["eval_two_thirds"]
+  run = lambda end, early: {"dev_ppl": 9.0, "bleu_tokenized": end, "bleu": end,  # noqa: E731
+                            "two_thirds": {"bleu_tokenized": early}, "dev_ppl_curve": [],
+                            "train_minutes": 1.0, "eval_minutes": 1.0, "params": 1, "hparams": {}}
+  base = {s: run(20.0 + s / 10, 15.0 + s / 10) for s in range(3)}
+  late = {s: run(18.0 + s / 10, 16.0 + s / 10) for s in range(2)}  # A h=1: BLEU below base's
+  rows = {r["row"]: r for r in verdicts.summarize(
+      table3, {"base": base, "A_h1": late}, {"base": [0, 1, 2], "A_h1": [0, 1]}, [])}
+  assert (rows["A_h1"]["bleu_verdict_two_thirds"], rows["A_h1"]["bleu_verdict"]) == ("✗", "✓")
+  line = next(l for l in report.summary_lines(list(rows.values())) if "BLEU at two thirds" in l)
+  assert "0 of 1 clear rows ✓" in line and "(A) h=1, d_k=d_v=512 (✗ → ✓)" in line
+
+
 def test_paper_step_ratio_gives_big_the_papers_three_times_base(table3):
   table3.scales.tiny.paper_step_ratio = True
   try:

@@ -320,7 +320,8 @@ def test_bad_seeds_and_parallel_on_the_command_line(tmp_path):
 def test_cpu_long_is_the_cpu_protocol_twice_as_long_with_big_three_times(table3):
   """#53's converged protocol: the pinned cpu settings, 6000 steps (big 18000, the paper's 3x), a
   dev evaluation at two thirds (4000) and at three quarters (4500) of base's training, BLEU on
-  the whole dev split, and one seed only for the rows the paper calls unchanged."""
+  the whole dev split, the checkpoint at two thirds saved, kept and evaluated (big's at 12000),
+  and one seed only for the rows the paper calls unchanged."""
   cpu = row_runs.resolve(table3, "base", "cpu").config
   long = {r: row_runs.resolve(table3, r, "cpu_long") for r in ("base", "big", "C_N2", "A_h16")}
   base = long["base"].config
@@ -331,8 +332,16 @@ def test_cpu_long_is_the_cpu_protocol_twice_as_long_with_big_three_times(table3)
   assert 4000 % every == 0 and 4500 % every == 0 and long["big"].config.train.eval_every_steps == every
   assert long["base"].bleu_sentences == 0  # all 1014 dev sentences
   same = lambda c: {k: v for k, v in c.to_dict()["train"].items()  # noqa: E731
-                    if k not in ("num_steps", "eval_every_steps", "checkpoint_every_steps")}
+                    if k not in ("num_steps", "eval_every_steps", "checkpoint_every_steps",
+                                 "keep_every_steps")}
   assert same(base) == same(cpu) and base.model.to_dict() == cpu.model.to_dict()
+  assert {r: v.two_thirds_step for r, v in long.items()} == {
+      "base": 4000, "big": 12000, "C_N2": 4000, "A_h16": 4000}
+  for res in long.values():  # saved there, and kept past keep_checkpoints
+    t = res.config.train
+    assert res.two_thirds_step % t.checkpoint_every_steps == 0
+    assert res.two_thirds_step % t.keep_every_steps == 0
+  assert row_runs.resolve(table3, "base", "cpu").two_thirds_step == 0
   assert [row_runs.seeds_of(table3, "cpu_long", r) for r in ("base", "C_N2", "A_h16", "E_learned_pe")] \
       == [[0, 1, 2], [0, 1], [0], [0]]
   assert row_runs.seeds_of(table3, "cpu_long", "A_h16", seeds=[0, 1]) == [0, 1]  # the flag wins

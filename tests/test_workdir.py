@@ -263,6 +263,21 @@ def test_training_time_is_restored_and_older_checkpoints_without_it_still_load(t
     assert restored.config["model"]["d_model"] == config.model.d_model and not restored.quarantined
 
 
+def test_checkpoints_at_multiples_of_keep_every_steps_outlive_keep_checkpoints(tmp_path):
+  """train.keep_every_steps (a sweep's checkpoint at two thirds of training, evaluated at the
+  end): Orbax's keep_period beside max_to_keep."""
+  from transformer_jax import sharding, step  # pylint: disable=g-import-not-at-top
+  config = _tiny_config()
+  state = step.create_state(config, sharding.make_mesh(config.mesh))
+  manager = checkpoint.make_manager(str(tmp_path), keep=2, keep_every=4, async_save=False,
+                                    with_data=False)
+  for s in range(1, 11):
+    checkpoint.save(manager, s, state, config)
+  manager.wait_until_finished()
+  assert manager.all_steps() == [4, 8, 9, 10]
+  manager.close()
+
+
 def test_compare_with_a_workdir_picks_its_newest_eval_of_the_same_sentences(tmp_path):
   """`--compare=<workdir>`: a partial (`--bleu_sentences=n`) report is the baseline only when n
   sentences were translated here; otherwise the newest full one, and none fitting is one line."""

@@ -49,7 +49,7 @@ MAY_CHANGE = frozenset((
     "train.num_steps", "train.cooldown_steps", "train.max_train_minutes",
     "train.log_every_steps", "train.eval_every_steps", "train.max_eval_batches",
     "train.eval_bleu_sentences", "train.checkpoint_every_steps", "train.checkpoint_every_minutes",
-    "train.keep_checkpoints", "train.progress_bar", "train.peak_flops",
+    "train.keep_checkpoints", "train.keep_every_steps", "train.progress_bar", "train.peak_flops",
     "train.divergence_warn_factor", "train.profile_steps", "train.profile_after_steps",
     "train.loss_chunk_positions", "train.unroll_threefry_on_cpu", "model.remat",  # same results
     "data.data_dir", "data.eval_data_dir", "data.tfds_data_dir", "data.num_workers",

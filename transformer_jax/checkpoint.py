@@ -52,10 +52,13 @@ def checkpoint_dir(workdir: str) -> str:
   return files.join(files.resolve(workdir), "checkpoints")
 
 
-def make_manager(directory: str, *, keep: int | None = None, async_save: bool = True,
-                 read_only: bool = False, with_data: bool = True) -> ocp.CheckpointManager:
+def make_manager(directory: str, *, keep: int | None = None, keep_every: int = 0,
+                 async_save: bool = True, read_only: bool = False,
+                 with_data: bool = True) -> ocp.CheckpointManager:
+  """`keep`: the newest checkpoints kept; `keep_every`: those at its multiples are kept too."""
   options = ocp.CheckpointManagerOptions(
-      max_to_keep=keep, enable_async_checkpointing=async_save, create=not read_only,
+      max_to_keep=keep, keep_period=keep_every or None, enable_async_checkpointing=async_save,
+      create=not read_only,
       read_only=read_only, cleanup_tmp_directories=not read_only)
   items = ("state", "config", "progress") + (("data",) if with_data else ())
   handlers = {"state": ocp.StandardCheckpointHandler(), "config": ocp.JsonCheckpointHandler(),

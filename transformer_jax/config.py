@@ -127,6 +127,7 @@ def default_config() -> ml_collections.ConfigDict:
   t.checkpoint_every_steps = 1000
   t.checkpoint_every_minutes = 0.0
   t.keep_checkpoints = 5          # kept for averaging (paper: last 5 for base, 20 for big)
+  t.keep_every_steps = 0          # checkpoints at multiples of this are kept too (0: none)
   t.max_train_minutes = 0.0       # stop (with a checkpoint) after this training wall time,
                                   # counted across resumes; 0: off
   t.divergence_warn_factor = 4.0  # warn (once) when a step's loss exceeds this multiple of the
@@ -322,6 +323,7 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   for name in ("num_steps", "warmup_steps", "grad_accum_steps", "log_every_steps",
                "eval_every_steps", "checkpoint_every_steps", "keep_checkpoints"):
     _positive("train.", name, t[name])
+  _positive("train.", "keep_every_steps", t.keep_every_steps, allow_zero=True)
   _rate("train.", "label_smoothing", t.label_smoothing)
   _choice("train.", "dropout_rng_impl", t.dropout_rng_impl, RNG_IMPLS)
   for name in ("adam_b1", "adam_b2"):

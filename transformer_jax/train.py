@@ -143,7 +143,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   sharding.check_divisibility(config, mesh)
   with workdir_lib.claim(workdir, "training") as workdir:
     saver = checkpoint.Saver(checkpoint.make_manager(checkpoint.checkpoint_dir(workdir),
-                                                     keep=config.train.keep_checkpoints),
+                                                     keep=config.train.keep_checkpoints,
+                                                     keep_every=config.train.keep_every_steps),
                              config, workdir)
     try:  # closed on every exit: Orbax's background threads must not outlive an error
       return _train(config, workdir, saver, mesh)
