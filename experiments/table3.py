@@ -25,7 +25,8 @@ long (18000, the paper's ratio), dev perplexity every 500 steps, BLEU on all 101
 Expected: ~23 hours with `--parallel=2`; base dev perplexity ~7.5, still falling ~5.6% over
 the last quarter (the `cpu` report's convergence forecast, a fit of log PPL = a + b t^-c: < 3%
 would need ~12600 steps, ~44 hours), so the bar is that no verdict changes between two
-thirds of training and the end (the report shows both). Still pre-LN: post-LN base learned
+thirds of training and the end (the report shows both: PPL from the dev curve, BLEU from each
+run's checkpoint at two thirds, kept and evaluated at the end). Still pre-LN: post-LN base learned
 slower than pre-LN at every rate of the pilot (experiments/results/table3_postln_pilot.md).
 
 Each row is the paper's base model with the row's changes (model widths in the paper's units;
