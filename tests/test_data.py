@@ -16,6 +16,7 @@ import sys
 
 import numpy as np
 import pytest
+from sentencepiece import sentencepiece_model_pb2
 
 from tests.common import requires_data
 # config, tmp and tok are module-scoped fixtures: each module builds its own
@@ -364,6 +365,18 @@ def test_eval_batches_of_given_texts_equal_those_of_the_split(config, tok):
   for split, given in ((None, None), ("validation", texts)):
     with pytest.raises(ValueError):
       pipeline.make_eval_batches(config, tok, split, texts=given)
+
+
+def test_a_translation_vocabulary_leaves_split_by_unicode_script_unset():
+  """The model file records the options set: the default is not set, so a translation
+  vocabulary's bytes (its sha256 in result files) do not depend on the option existing."""
+  text = [f"(S (NP ein kleiner satz )NP nummer {i} )S" for i in range(200)]
+  for split, recorded in ((True, False), (False, True)):
+    m = sentencepiece_model_pb2.ModelProto()
+    m.ParseFromString(tokenizer.train_sentencepiece(text, vocab_type="bpe", vocab_size=40,
+                                                    split_by_script=split))
+    assert m.trainer_spec.HasField("split_by_unicode_script") == recorded
+    assert m.trainer_spec.split_by_unicode_script == split
 
 
 def test_load_tokenizer_loads_the_workdir_vocabulary_and_never_trains(tok, tmp):
