@@ -192,14 +192,20 @@ def run_one(res: row_runs.Resolved, seed: int, out: str, results_dir: str, proto
   _share_vocab(out, workdir, res.config, "out")
   log(f"  {name}: evaluating (dev loss/perplexity, BLEU on {res.bleu_sentences or 'all'} dev "
       f"sentences), log {workdir}/eval.log")
-  stem = workdir_lib.eval_stem(workdir, "validation", step, bleu_sentences=res.bleu_sentences)
-  if os.path.exists(stem + ".json"):
-    os.remove(stem + ".json")
-  start = time.time()
-  rc, error = runner(eval_cmd, os.path.join(workdir, "eval.log"), 0.0)
-  timing["eval_seconds"] = time.time() - start
-  results_files.write_json(timing_path, timing)
-  evaluation = results_files.read_json(stem + ".json")
+
+  def evaluate(cmd, at_step, log_name):
+    """One evaluation of the checkpoint at `at_step` (a fresh report), timed into timing.json."""
+    stem = workdir_lib.eval_stem(workdir, "validation", at_step, bleu_sentences=res.bleu_sentences)
+    if os.path.exists(stem + ".json"):
+      os.remove(stem + ".json")
+    start = time.time()
+    rc, error = runner(cmd, os.path.join(workdir, log_name), 0.0)
+    timing["eval_seconds"] += time.time() - start
+    results_files.write_json(timing_path, timing)
+    return rc, error, stem, results_files.read_json(stem + ".json")
+
+  timing["eval_seconds"] = 0.0  # this attempt's
+  rc, error, stem, evaluation = evaluate(eval_cmd, step, "eval.log")
   if rc != 0 or evaluation is None:
     return finish("failed", error or f"the evaluation wrote no {stem}.json", "eval")
   with open(stem + ".jsonl", encoding="utf-8") as f:
@@ -215,12 +221,7 @@ def run_one(res: row_runs.Resolved, seed: int, out: str, results_dir: str, proto
     early_cmd = row_runs.eval_command(workdir, bleu_sentences=res.bleu_sentences,
                                       step=res.two_thirds_step, python=sys.executable)
     log(f"  {name}: evaluating step {res.two_thirds_step} too (two thirds of training)")
-    start = time.time()
-    rc, error = runner(early_cmd, os.path.join(workdir, "eval_two_thirds.log"), 0.0)
-    timing["eval_seconds"] += time.time() - start
-    results_files.write_json(timing_path, timing)
-    early = results_files.read_json(workdir_lib.eval_stem(
-        workdir, "validation", res.two_thirds_step, bleu_sentences=res.bleu_sentences) + ".json")
+    rc, error, _, early = evaluate(early_cmd, res.two_thirds_step, "eval_two_thirds.log")
     if rc != 0 or early is None:
       return finish("failed", error or f"no evaluation of step {res.two_thirds_step}", "eval")
     commands["eval_two_thirds"] = shlex.join(early_cmd)
