@@ -85,7 +85,7 @@ def summary_lines(rows: list[dict]) -> list[str]:
   """The verdict counts for PPL and BLEU, the rows the paper calls unchanged, base's spread."""
   lines = []
   for key, name, clear in (("ppl", "PPL", verdicts.PPL_CLEAR),
-                           ("bleu", "BLEU", verdicts.BLEU_CLEAR)):
+                           ("bleu", "BLEU", verdicts.BLEU_CLEAR)) if has_paper(rows) else ():
     clear_ = [r for r in rows if r[f"{key}_expected"] in ("+", "-")]
     count = lambda mark, rs: sum(r[f"{key}_verdict"] == mark for r in rs)  # noqa: E731
     lines.append(
@@ -124,10 +124,12 @@ def summary_lines(rows: list[dict]) -> list[str]:
         + f"; at twice these steps PPL {forecast['at_2x'][0]:.2f}, {forecast['at_2x'][1]:+.1%} "
         "over the last quarter.")
   if base and base["seeds"]:
-    p, b = base["ppl"], base["bleu"]
+    p, (name, b) = base["ppl"], next(
+        ((n, base[k]) for k, n in (("bleu", "tokenized BLEU"), ("f1", "bracket F1"))
+         if base.get(k, {}).get("n")), ("", {"n": 0}))
     lines.append(f"- Base over seeds {', '.join(map(str, base['seeds']))}: dev PPL {p['mean']:.2f} "
                  f"({p['min']:.2f}–{p['max']:.2f}, range {p['max'] - p['min']:.2f})" + (
-                     f", tokenized BLEU {b['mean']:.2f} ({b['min']:.2f}–{b['max']:.2f}, range "
+                     f", {name} {b['mean']:.2f} ({b['min']:.2f}–{b['max']:.2f}, range "
                      f"{b['max'] - b['min']:.2f})" if b["n"] else "") + ".")
   return lines
 
@@ -205,35 +207,7 @@ def report_markdown(sweep, scale_name: str, rows: list[dict], results: dict, rea
   lines += ["## Summary", "", *summary_lines(rows), "",
             *comparison_lines(rows, other_scale, results_files.read_json(other + ".json"),
                               os.path.basename(other) + ".md"),
-            "## Beside the paper", "",
-            "PPL = dev perplexity per target token, exp(NLL), no label smoothing in it; BLEU = "
-            "tokenized BLEU of beam search (the paper's), no checkpoint averaging. Ours: mean over "
-            "seeds (min–max, n). Δ vs base: the paper's / ours (noise = the larger of the row's "
-            "and base's ranges over seeds). Verdict: ✓ beyond the noise in the paper's direction "
-            f"(clear when the paper's |ΔPPL| ≥ {verdicts.PPL_CLEAR:g}, |ΔBLEU| ≥ "
-            f"{verdicts.BLEU_CLEAR:g}), ✗ beyond it the other way or where the paper shows no "
-            "change, = within it (= ✓ where the paper shows no change). p: paired bootstrap of the row's "
-            + ("bracket F1" if parsing else "sacreBLEU") + " against base's (sacreBLEU's test, "
-            "1000 resamples, pooled over the seeds both ran: row seed k against base seed k). Params at paper scale: the exact count "
-            "of the row at the paper's widths and a 37000-piece vocabulary.", ""]
-  lines.append(markdown.table(
-      ["row", "PPL paper", "PPL ours", "ΔPPL vs base", "PPL", "BLEU paper",
-       "F1 ours" if parsing else "BLEU ours",
-       "ΔBLEU vs base", "BLEU", "p (F1)" if parsing else "p (BLEU)", "params ×10⁶ paper", "params ×10⁶ at paper scale"],
-      [[r["label"], _num(r["paper_ppl"]), _ours(r, "ppl", 2), _delta(r, base, "ppl"),
-        r["ppl_verdict"], _num(r["paper_bleu"], 1),
-        _ours(r, "f1", 2) if parsing else _ours(r, "bleu", 1), _delta(r, base, "bleu"),
-        r["bleu_verdict"], _num(r["p_value"], 3), r["paper_params_m"],
-        None if r["paper_scale_params"] is None else f"{r['paper_scale_params'] / 1e6:.1f}"]
-       for r in rows]))
-  off = [r for r in rows if r["paper_scale_params"] is not None and r["paper_params_m"] is not None
-         and abs(r["paper_scale_params"] / 1e6 - r["paper_params_m"]) > TOLERANCE_M]
-  if off:
-    lines.append(f"Parameters at paper scale differ from the paper's by more than "
-                 f"{TOLERANCE_M:g}M in: " + ", ".join(
-                     f"{r['label']} ({r['paper_scale_params'] / 1e6:.1f}M vs {r['paper_params_m']}M)"
-                     for r in off) + " (tests/test_model.py: the paper's C d_model=1024 and big "
-                 "rows cannot both hold).")
+            *(paper_table(rows, base, parsing) if has_paper(rows) else base_table(rows, base, parsing))]
   cols = list(HEADERS)
   lines += ["", "## What each row ran: widths, convergence, cost", "",
             f"![dev perplexity curves]({os.path.basename(stem)}_curves.png)", "",
@@ -272,6 +246,68 @@ def report_markdown(sweep, scale_name: str, rows: list[dict], results: dict, rea
   lines += ["", "## Reading", "", reading.strip() if reading.strip() else
             f"(Not written yet: `{os.path.relpath(stem, REPO)}_reading.md` appears here.)", ""]
   return "\n".join(lines)
+
+
+def has_paper(rows: list[dict]) -> bool:
+  """Whether the paper reports any of the rows (Table 3 does; a sweep of our own settings not)."""
+  return any(r[k] is not None for r in rows for k in ("paper_ppl", "paper_bleu", "paper_params_m"))
+
+
+def _score(parsing: bool) -> tuple[str, str, int]:
+  return ("f1", "F1", 2) if parsing else ("bleu", "BLEU", 1)
+
+
+def base_table(rows: list[dict], base: dict | None, parsing: bool) -> list[str]:
+  """Each row against base, for a sweep the paper has no numbers for: ours and the change."""
+  key, name, digits = _score(parsing)
+  mean = lambda r, k: r[k]["mean"] if r[k]["n"] else None  # noqa: E731
+  change = lambda r, k: ("" if base is None or r is base or None in (mean(r, k), mean(base, k))  # noqa: E731
+                         else f"{mean(r, k) - mean(base, k):+.2f}")
+  lines = ["## Against base", "",
+           "The paper reports none of these rows: each is compared with base. PPL = dev perplexity "
+           "per target token, exp(NLL), no label smoothing in it; " + (
+               "F1 = bracket F1 (EVALB) of beam-search parses" if parsing else
+               "BLEU = tokenized BLEU of beam search") + ". Ours: mean over seeds (min–max, n); "
+           f"Δ: the row's mean less base's. p: paired bootstrap of the row's {name} against "
+           "base's (1000 resamples, pooled over the seeds both ran: row seed k against base seed "
+           "k).", ""]
+  return lines + [markdown.table(
+      ["row", "PPL", "ΔPPL vs base", name, f"Δ{name} vs base", f"p ({name})"],
+      [[r["label"], _ours(r, "ppl", 2), change(r, "ppl"), _ours(r, key, digits),
+        change(r, key), _num(r["p_value"], 3)] for r in rows])]
+
+
+def paper_table(rows: list[dict], base: dict | None, parsing: bool) -> list[str]:
+  """Each row beside the paper's: values, changes against base, verdicts, parameters."""
+  lines = ["## Beside the paper", "",
+           "PPL = dev perplexity per target token, exp(NLL), no label smoothing in it; BLEU = "
+           "tokenized BLEU of beam search (the paper's), no checkpoint averaging. Ours: mean over "
+           "seeds (min–max, n). Δ vs base: the paper's / ours (noise = the larger of the row's "
+           "and base's ranges over seeds). Verdict: ✓ beyond the noise in the paper's direction "
+           f"(clear when the paper's |ΔPPL| ≥ {verdicts.PPL_CLEAR:g}, |ΔBLEU| ≥ "
+           f"{verdicts.BLEU_CLEAR:g}), ✗ beyond it the other way or where the paper shows no "
+           "change, = within it (= ✓ where the paper shows no change). p: paired bootstrap of the row's "
+           + ("bracket F1" if parsing else "sacreBLEU") + " against base's (sacreBLEU's test, "
+           "1000 resamples, pooled over the seeds both ran: row seed k against base seed k). Params at paper scale: the exact count "
+           "of the row at the paper's widths and a 37000-piece vocabulary.", ""]
+  key, name, digits = _score(parsing)
+  lines.append(markdown.table(
+      ["row", "PPL paper", "PPL ours", "ΔPPL vs base", "PPL", "BLEU paper", f"{name} ours",
+       "ΔBLEU vs base", "BLEU", f"p ({name})", "params ×10⁶ paper", "params ×10⁶ at paper scale"],
+      [[r["label"], _num(r["paper_ppl"]), _ours(r, "ppl", 2), _delta(r, base, "ppl"),
+        r["ppl_verdict"], _num(r["paper_bleu"], 1), _ours(r, key, digits), _delta(r, base, "bleu"),
+        r["bleu_verdict"], _num(r["p_value"], 3), r["paper_params_m"],
+        None if r["paper_scale_params"] is None else f"{r['paper_scale_params'] / 1e6:.1f}"]
+       for r in rows]))
+  off = [r for r in rows if r["paper_scale_params"] is not None and r["paper_params_m"] is not None
+         and abs(r["paper_scale_params"] / 1e6 - r["paper_params_m"]) > TOLERANCE_M]
+  if off:
+    lines.append(f"Parameters at paper scale differ from the paper's by more than "
+                 f"{TOLERANCE_M:g}M in: " + ", ".join(
+                     f"{r['label']} ({r['paper_scale_params'] / 1e6:.1f}M vs {r['paper_params_m']}M)"
+                     for r in off) + " (tests/test_model.py: the paper's C d_model=1024 and big "
+                 "rows cannot both hold).")
+  return lines
 
 
 def _shown_path(results_dir: str) -> str:

@@ -272,3 +272,21 @@ def test_the_convergence_forecast_finds_where_a_curve_meets_the_bar():
   assert f["ppl"] == pytest.approx(ppl(n), rel=1e-3) and n % 300 == 0
   assert f["at_2x"][0] == pytest.approx(ppl(6000), rel=1e-3)
   assert verdicts.convergence_forecast({300: 9.0, 600: 8.0}) is None  # too few points
+
+
+def test_a_sweep_the_paper_does_not_report_is_compared_with_base(tmp_path):
+  """The treebank parser's settings sweep has no paper values: its report has no verdict counts
+  and no paper columns, but each row's change in PPL and F1 against base."""
+  wsj = sweeps.load_sweep("experiments/wsj_parsing.py")
+  out, results = tmp_path / "sweep", tmp_path / "wsj_parsing_pilot"
+  scores = {("base", 0): (2.0, 0.0), ("lr10", 0): (2.5, 0.0)}
+  run_fake(wsj, out, results, ["base", "lr10"], FakeCLI(scores=scores, parse_scores={
+      "f1": 50.0, "precision": 50.0, "recall": 50.0, "exact_match": 0.0, "repaired": 0}),
+           scale="pilot", seeds=(0,), base_seeds=(0,), overrides={"train.num_steps": 8})
+  report.write_report(wsj, "pilot", str(results), {"base": [0], "lr10": [0]}, str(out))
+  md = (tmp_path / "wsj_parsing_pilot.md").read_text()
+  assert "clear rows" not in md and "## Beside the paper" not in md
+  table = md[md.index("## Against base"):md.index("## What each row ran")]
+  cells = dict(zip(table_row(table, "row"), table_row(table, "lrate scale 1.0 (peak 3.6e-3; base 2.5e-3)")))
+  assert (cells["ΔPPL vs base"], cells["ΔF1 vs base"]) == ("+0.50", "+0.00")
+  assert "bracket F1 50.00" in md  # base's spread names the parser's score
