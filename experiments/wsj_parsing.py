@@ -35,4 +35,7 @@ def get_config(arg: str = ""):
       overrides={"model.dropout_rate": 0.3})
   row("words", label="targets write each word, not XX (data.parse_leaves='words')",
       group="linearization", overrides={"data.parse_leaves": "words"})
+  row("words_constrained", label="words, and a search that writes only trees over them "
+      "(decode.parse_constraint)", group="decoding",
+      overrides={"data.parse_leaves": "words", "decode.parse_constraint": True})
   return c

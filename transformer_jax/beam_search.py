@@ -66,9 +66,10 @@ def expand_to_beams(tree, beam_size: int):
 def _needs_reorder(path) -> bool:
   # Only the self-attention layers' beam tables (`source_beams`, attention.py) follow the beams:
   # the key/value buffers stay where they were written, the cross-attention keys/values are the
-  # same for every beam of a sentence, and the cache index is a scalar.
+  # same for every beam of a sentence, and the cache index is a scalar. A step function's own
+  # per-row state (tree_constraint.py) sits under `per_beam` and follows its beam too.
   names = {getattr(p, "key", getattr(p, "name", None)) for p in path}
-  return "source_beams" in names
+  return "source_beams" in names or "per_beam" in names
 
 
 def reorder_cache(cache, flat_rows_N):

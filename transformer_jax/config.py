@@ -150,6 +150,8 @@ def default_config() -> ml_collections.ConfigDict:
   dc.max_extra_len = 50           # output limit: input length + 50
   dc.batch_size = 32
   dc.average_checkpoints = 0      # eval: average the last k checkpoints first (0: off)
+  dc.parse_constraint = False     # parsing: the search emits only trees over the source's words
+                                  # (tree_constraint.py; a deviation: the paper decodes freely)
 
   c.mesh = ml_collections.ConfigDict()
   c.mesh.data = -1                # -1: all devices not used by the other axes
@@ -352,6 +354,9 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   _positive("decode.", "average_checkpoints", dc.average_checkpoints, allow_zero=True)
   if dc.alpha < 0:
     raise ConfigError(f"config key 'decode.alpha' must be >= 0, got {dc.alpha}")
+  if dc.parse_constraint and d.task != "parsing":
+    raise ConfigError("config key 'decode.parse_constraint' constrains a parser's trees: it needs "
+                      f"data.task='parsing', got {d.task!r}")
   for name in ("data", "fsdp", "tensor"):
     v = config.mesh[name]
     if not isinstance(v, int) or isinstance(v, bool) or (v < 1 and v != -1):

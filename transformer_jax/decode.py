@@ -14,6 +14,9 @@ computed for the whole buffer, whatever `model.max_len` says; only a learned pos
 Ensembles (not in the paper; fairseq's and tensor2tensor's decoders have them): several models
 with one vocabulary decode together, each over its own cache, and the search extends hypotheses
 by the mean of the members' next-token probabilities (`ensemble_step_fn`).
+
+A parser may decode under a constraint that makes every output a tree over its source's words
+(`decode.parse_constraint`, tree_constraint.py).
 """
 
 from __future__ import annotations
@@ -24,10 +27,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from transformer_jax import beam_search, sharding
+from transformer_jax import beam_search, sharding, tree_constraint
 from transformer_jax.config import ModelConfig
 from transformer_jax.model import Transformer, unstack_layers
 from transformer_jax.special_ids import EOS_ID, PAD_ID
+from transformer_jax.tree_constraint import TreeConstraint
 
 Models = ModelConfig | tuple[ModelConfig, ...]  # one model, or an ensemble's members
 
@@ -100,11 +104,13 @@ def encode(model_cfg: ModelConfig, params, inputs_BxS):
 
 
 def beam_decode(model_cfg: Models, params, inputs_BxS, *, beam_size: int = 4, alpha: float = 0.6,
-                max_extra_len: int = 50, stop_early: bool = True) -> beam_search.BeamResult:
+                max_extra_len: int = 50, stop_early: bool = True,
+                constraint: TreeConstraint | None = None) -> beam_search.BeamResult:
   """Pure (jit-able) beam search: BeamResult(seqs [B, K, L], scores [B, K], steps), best first.
   A scan_layers model decodes as its unrolled equivalent (one cache layout for beam search).
   `model_cfg` and `params` may be equally long tuples: an ensemble (ensemble_step_fn) whose
-  members share the vocabulary; its output buffer is the shortest any member allows."""
+  members share the vocabulary; its output buffer is the shortest any member allows.
+  `constraint`: a parser's outputs are trees over the source's words (tree_constraint.py)."""
   ensemble = isinstance(model_cfg, tuple)
   members = [unstack_layers(c, p) for c, p in (zip(model_cfg, params) if ensemble
                                                 else [(model_cfg, params)])]
@@ -122,26 +128,31 @@ def beam_decode(model_cfg: Models, params, inputs_BxS, *, beam_size: int = 4, al
   else:
     cache, step_fn = caches[0], step_fns[0]
   limit_B = output_limits(inputs_BxS, max_extra_len, max_len)
+  if constraint is not None:
+    inputs_NxS, limit_N = beam_search.expand_to_beams((inputs_BxS, limit_B), beam_size)
+    step_fn = tree_constraint.constrained_step_fn(constraint, step_fn, inputs_NxS, limit_N)
+    cache = tree_constraint.initial_cache(cache, inputs_NxS.shape[0])
   return beam_search.beam_search(step_fn, cache, limit_B, beam_size=beam_size, alpha=alpha,
                                  max_len=max_len, stop_early=stop_early)
 
 
 @functools.lru_cache(maxsize=None)
 def jitted_beam_decode(model_cfg: Models, beam_size: int, alpha: float, max_extra_len: int,
-                       stop_early: bool = True):
+                       stop_early: bool = True, constraint: TreeConstraint | None = None):
   """`beam_decode` jitted for these settings (jax keeps one executable per input shape)."""
   return jax.jit(functools.partial(beam_decode, model_cfg, beam_size=beam_size, alpha=alpha,
-                                   max_extra_len=max_extra_len, stop_early=stop_early))
+                                   max_extra_len=max_extra_len, stop_early=stop_early,
+                                   constraint=constraint))
 
 
 @functools.lru_cache(maxsize=None)
 def sharded_beam_decode(model_cfg: Models, beam_size: int, alpha: float, max_extra_len: int,
-                        mesh):
+                        mesh, constraint: TreeConstraint | None = None):
   """`beam_decode` for batches split over the mesh's data-parallel axes: each device searches its
   own sentences (parameters as placed, weights gathered per sharding.INFERENCE_RULES); the
   result is replicated, so every process reads all of it."""
   fn = jax.jit(functools.partial(beam_decode, model_cfg, beam_size=beam_size, alpha=alpha,
-                                 max_extra_len=max_extra_len),
+                                 max_extra_len=max_extra_len, constraint=constraint),
                out_shardings=sharding.replicated(mesh))
 
   def run(params, inputs_BxS):
@@ -154,15 +165,17 @@ def sharded_beam_decode(model_cfg: Models, beam_size: int, alpha: float, max_ext
 
 
 def translate_batch(model_cfg: Models, params, inputs_BxS, *, beam_size: int = 4,
-                    alpha: float = 0.6, max_extra_len: int = 50, mesh=None) -> jnp.ndarray:
+                    alpha: float = 0.6, max_extra_len: int = 50, mesh=None,
+                    constraint: TreeConstraint | None = None) -> jnp.ndarray:
   """The best beam-search hypothesis per sentence: int32 [B, L], EOS-terminated, zero padded
   (tuples of configs and parameters: an ensemble, as beam_decode). With a mesh, the B rows (a
   multiple of its data-parallel size, the same on every process) are decoded split over it."""
   if mesh is None:
-    fn = jitted_beam_decode(model_cfg, beam_size, float(alpha), max_extra_len)
+    fn = jitted_beam_decode(model_cfg, beam_size, float(alpha), max_extra_len,
+                            constraint=constraint)
     inputs_BxS = jnp.asarray(inputs_BxS, jnp.int32)
   else:
-    fn = sharded_beam_decode(model_cfg, beam_size, float(alpha), max_extra_len, mesh)
+    fn = sharded_beam_decode(model_cfg, beam_size, float(alpha), max_extra_len, mesh, constraint)
   return fn(params, inputs_BxS).seqs_BxKxL[:, 0, :]
 
 

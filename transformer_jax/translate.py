@@ -20,7 +20,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from transformer_jax import decode, files, sharding, trained
+from transformer_jax import decode, files, sharding, trained, tree_constraint
 from transformer_jax.config import ConfigError, ModelConfig
 from transformer_jax.data import tokenizer as tok_lib, trees
 from transformer_jax.files import read_lines  # noqa: F401 (re-exported: translate.read_lines)
@@ -57,6 +57,10 @@ class Translator:
     self.batch_size = config.decode.batch_size
     if mesh is not None:
       self.batch_size = sharding.padded_rows(self.batch_size, mesh)
+    self.constraint = None  # a parser's outputs are trees (decode.parse_constraint)
+    if config.data.task == "parsing" and config.decode.parse_constraint:
+      self.constraint = tree_constraint.from_tokenizer(
+          tokenizer, trees.POS_PLACEHOLDER if config.data.parse_leaves == "xx" else "")
     self.max_source_len = min(config.data.max_source_len, self.model_config.max_len,
                               *(c.max_len for c, _ in ensemble))
 
@@ -107,7 +111,8 @@ class Translator:
         inputs[row, :len(source_ids[i])] = source_ids[i]
       out = decode.translate_batch(self._models, self._params, inputs,
                                    beam_size=self.beam_size, alpha=self.alpha,
-                                   max_extra_len=self.config.decode.max_extra_len, mesh=self.mesh)
+                                   max_extra_len=self.config.decode.max_extra_len, mesh=self.mesh,
+                                   constraint=self.constraint)
       for row, ids in zip(idx, decode.strip_eos(jax.device_get(out))):
         results[row] = ids
       if bar is not None:

@@ -1,0 +1,130 @@
+"""Constrained beam search for parsers (tree_constraint.py): every gold linearization of the
+sample treebank is allowed, and a random model's constrained outputs are trees over the source
+words (its free outputs are not)."""
+
+from __future__ import annotations
+
+import functools
+import glob
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tests.common import DATA_DIR
+from tests.test_decode import init_params
+from transformer_jax import beam_search, decode, tree_constraint as tc
+from transformer_jax.config import ConfigError, ModelConfig, default_config, validate
+from transformer_jax.data import tokenizer as tok_lib, trees
+
+SAMPLE = os.path.join(DATA_DIR, "ptb-sample", "combined") if DATA_DIR else ""
+needs_sample = pytest.mark.skipif(not SAMPLE or not os.path.isdir(SAMPLE),
+                                  reason="needs the Penn Treebank sample (TRANSFORMER_JAX_DATA_DIR)")
+
+
+@functools.lru_cache(maxsize=None)
+def sample():
+  """A parser's vocabulary (400 pieces, brackets one piece or several) and 40 dev trees."""
+  train = trees.read_examples(tuple(sorted(glob.glob(os.path.join(SAMPLE, "wsj_00[0-2]*.mrg")))))
+  texts = [e.words for e in train] + [e.linearized_words for e in train] + [e.linearized for e in train]
+  tok = tok_lib.Tokenizer(tok_lib.train_sentencepiece(texts, vocab_type="bpe", vocab_size=400,
+                                                      split_by_script=False))
+  dev = trees.read_examples(tuple(sorted(glob.glob(os.path.join(SAMPLE, "wsj_016*.mrg")))))[:40]
+  return tok, dev
+
+
+def _walk(c, tok, source: str, target: str, limit_extra: int = 300):
+  """Feeds a target's pieces (then EOS) through the automaton: the first piece it forbids, or
+  None when every one (EOS included) was allowed."""
+  inputs = jnp.asarray([tok.encode_with_eos(source)], jnp.int32)
+  leaves, count = tc.leaf_pieces(c, inputs)
+  advance = jax.jit(lambda s, p: tc.advance(c, s, p, leaves, count))
+  allowed = jax.jit(lambda s, t: tc.allowed(c, s, leaves, count, t,
+                                            jnp.asarray([inputs.shape[1] + limit_extra])))
+  state = tc.init_state(1)
+  for t, piece in enumerate(tok.encode(target) + [decode.EOS_ID]):
+    if not bool(allowed(state, t)[0, piece]):
+      return t, tok.id_to_piece(piece)
+    state = advance(state, jnp.asarray([piece]))
+  return None
+
+
+@needs_sample
+@pytest.mark.parametrize("leaves", ["words", "xx"])
+def test_every_gold_tree_is_allowed(leaves):
+  tok, dev = sample()
+  c = tc.from_tokenizer(tok, trees.POS_PLACEHOLDER if leaves == "xx" else "")
+  assert len(c.opens) > 1 and len(c.closes) > 1
+  several = [t for t in {x for e in dev for x in e.linearized.split() if x[0] in "()"}
+             if len(tok.encode(t)) > 1]
+  assert several  # labels of more than one piece are exercised too
+  for e in dev:
+    target = e.linearized_words if leaves == "words" else e.linearized
+    assert _walk(c, tok, e.words, target) is None, (target, _walk(c, tok, e.words, target))
+
+
+@needs_sample
+def test_what_the_automaton_forbids():
+  tok, _ = sample()
+  c = tc.from_tokenizer(tok)
+  src = "the cat sat ."
+  assert _walk(c, tok, src, "(S (NP the cat )NP (VP sat )VP . )S") is None
+  assert _walk(c, tok, src, "(S (NP the cat )NP (VP sat )VP )S")[1] == "</s>"     # a word left out
+  assert _walk(c, tok, src, "(S (NP the dog )NP") is not None                      # not the source's
+  assert _walk(c, tok, src, "the (S cat") is not None                                # a leaf outside a phrase
+  assert _walk(c, tok, src, "(S (NP )NP the cat sat . )S") is not None              # an empty phrase
+  assert _walk(c, tok, src, "(S the cat sat . )S )S") is not None                   # nothing to close
+  assert _walk(c, tok, src, "(S the cat sat . ") is not None                        # EOS inside a phrase
+  # The length limit (source pieces + EOS + limit_extra): the flat tree fits exactly, one more
+  # phrase does not.
+  extra = len(tok.encode("(S )S"))
+  assert _walk(c, tok, src, "(S the cat sat . )S", limit_extra=extra) is None
+  assert _walk(c, tok, src, "(S (NP the cat )NP sat . )S", limit_extra=extra) is not None
+
+
+def _decode(tok, c, sources, *, beam_size):
+  cfg = ModelConfig(vocab_size=tok.vocab_size, d_model=16, num_heads=2, d_k=8, d_v=8, d_ff=32,
+                    num_encoder_layers=1, num_decoder_layers=1, max_len=256, dropout_rate=0.0)
+  params = init_params(cfg, seed=3, scale=3.0)
+  ids = [tok.encode_with_eos(s) for s in sources]
+  inputs = np.zeros((len(ids), max(map(len, ids))), np.int32)
+  for i, x in enumerate(ids):
+    inputs[i, :len(x)] = x
+  out = decode.translate_batch(cfg, params, inputs, beam_size=beam_size, alpha=0.3,
+                               max_extra_len=60, constraint=c)
+  return [tok.decode(x) for x in decode.strip_eos(out)]
+
+
+@needs_sample
+@pytest.mark.parametrize("leaves, beam_size", [("words", 4), ("xx", 1)])
+def test_a_random_models_constrained_outputs_are_trees_over_the_words(leaves, beam_size):
+  tok, dev = sample()
+  c = tc.from_tokenizer(tok, trees.POS_PLACEHOLDER if leaves == "xx" else "")
+  sources = [e.words for e in dev[:6]]
+  free = [trees.delinearize(o, s, leaves) for s, o in
+          zip(sources, _decode(tok, None, sources, beam_size=beam_size))]
+  assert any(p.repaired for p in free)  # unconstrained, random weights write no trees
+  for s, o in zip(sources, _decode(tok, c, sources, beam_size=beam_size)):
+    parsed = trees.delinearize(o, s, leaves)
+    assert not parsed.repaired, o
+    if leaves == "words":  # the leaves the search wrote are the sentence
+      assert [t for t in o.split() if t[0] not in "()"] == s.split()
+
+
+def test_the_constraint_is_for_parsers():
+  config = default_config()
+  config.decode.parse_constraint = True
+  with pytest.raises(ConfigError, match="decode.parse_constraint"):
+    validate(config)
+
+
+def test_the_automatons_state_follows_its_beam():
+  """The search reorders what sits under `per_beam` with the beams, and not the model's cache
+  (whose key/value buffers attention reads through its own `source_beams` tables)."""
+  cache = tc.initial_cache({"cached_key": jnp.arange(4.0)}, 4)
+  cache[1]["per_beam"]["depth"] = jnp.asarray([5, 6, 7, 8])
+  model, state = beam_search.reorder_cache(cache, jnp.asarray([1, 1, 0, 3]))
+  assert state["per_beam"]["depth"].tolist() == [6, 6, 5, 8]
+  assert model["cached_key"].tolist() == [0.0, 1.0, 2.0, 3.0]
