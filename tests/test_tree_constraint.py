@@ -128,3 +128,16 @@ def test_the_automatons_state_follows_its_beam():
   model, state = beam_search.reorder_cache(cache, jnp.asarray([1, 1, 0, 3]))
   assert state["per_beam"]["depth"].tolist() == [6, 6, 5, 8]
   assert model["cached_key"].tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_forbidden_pieces_are_removed_without_renormalizing():
+  """The allowed pieces keep the model's log-probabilities after the search's softmax (a forced
+  hypothesis stays as unlikely as the model finds it); the forbidden ones cannot be chosen."""
+  logits = jnp.asarray([[0.5, 1.0, 2.0, -1.0, 0.3]])
+  model = jax.nn.log_softmax(logits)
+  for ok in ([False, True, False, True, True], [True] * 5, [False, False, True, False, False]):
+    ok = jnp.asarray([ok])
+    got = beam_search._step_log_probs(tc._without(logits, ok), 0, jnp.asarray([10]))
+    allowed = ok[0].at[decode.PAD_ID].set(False)
+    np.testing.assert_allclose(got[0][allowed], model[0][allowed], rtol=1e-6)
+    assert (got[0][~allowed] < 0.5 * beam_search.NEG_INF).all()

@@ -19,15 +19,20 @@ well-formed linearizations of the source sentence, so nothing needs repair:
   each remaining leaf piece, each open phrase's closing bracket, and (outside any phrase) one
   more phrase must fit before the final EOS.
 
-A piece that breaks the rule gets the logit beam_search.NEG_INF before the search's softmax, so
-the model's next-piece distribution is renormalized over the allowed ones. The automaton's
-state lives in the decoder cache under `per_beam` and follows its beam (beam_search.py).
+A piece that breaks the rule is removed without renormalizing: the allowed pieces keep the
+model's own log-probabilities, so a hypothesis the model finds unlikely (one forced past the
+EOS the model wanted) scores as unlikely, and the beam prefers the trees the model prefers.
+(Renormalized, a forced hypothesis continues for free, and the search filled the length limit
+with empty phrases and label fragments: experiments/results/wsj_parsing_pilot_reading.md.) The
+removed mass is handed to the padding id, which the search never emits (beam_search.py). The
+automaton's state lives in the decoder cache under `per_beam` and follows its beam.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+import jax
 import jax.numpy as jnp
 
 from transformer_jax.beam_search import NEG_INF, StepFn
@@ -145,8 +150,18 @@ def constrained_step_fn(c: TreeConstraint, step_fn: StepFn, inputs_NxS, limit_N)
     state = advance(c, state["per_beam"], ids_Nx1[:, 0], leaves_NxS, num_leaves_N)
     logits_NxV, model_cache = step_fn(ids_Nx1, position, model_cache)
     ok_NxV = allowed(c, state, leaves_NxS, num_leaves_N, position, limit_N)
-    return jnp.where(ok_NxV, logits_NxV, NEG_INF), (model_cache, {"per_beam": state})
+    return _without(logits_NxV, ok_NxV), (model_cache, {"per_beam": state})
   return wrapped
+
+
+def _without(logits_NxV, ok_NxV):
+  """Logits whose softmax is the model's over the allowed pieces, unrenormalized: the forbidden
+  pieces' mass moves to the padding id, which the search bans after its softmax."""
+  logprobs_NxV = jax.nn.log_softmax(logits_NxV.astype(jnp.float32), axis=-1)
+  sink_NxV = ~ok_NxV | (jnp.arange(ok_NxV.shape[-1]) == PAD_ID)[None, :]  # PAD's own mass too
+  forbidden_N = jax.nn.logsumexp(jnp.where(sink_NxV, logprobs_NxV, -jnp.inf), axis=-1)
+  out_NxV = jnp.where(ok_NxV, logprobs_NxV, NEG_INF)
+  return out_NxV.at[:, PAD_ID].set(jnp.maximum(forbidden_N, NEG_INF))
 
 
 def initial_cache(model_cache, rows: int):
