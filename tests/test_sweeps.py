@@ -355,9 +355,11 @@ def test_the_parsing_pilot_sweep_resolves():
   """experiments/wsj_parsing.py: the pinned pilot protocol, one change a row, equal steps."""
   sweep = sweeps.load_sweep(os.path.join(REPO, "experiments", "wsj_parsing.py"))
   runs = {r: row_runs.resolve(sweep, r, "pilot").config for r in sweeps.row_ids(sweep)}
-  assert set(runs) == {"base", "lr10", "drop03", "words"}
+  assert set(runs) == {"base", "lr10", "drop03", "words", "words_constrained"}
   for cfg in runs.values():
     assert cfg.data.task == "parsing" and cfg.train.num_steps == 900
     assert cfg.data.eval_files == "wsj_0160-wsj_0179" and not cfg.data.test_files
   assert runs["lr10"].train.learning_rate_scale == 1.0 and runs["drop03"].model.dropout_rate == 0.3
   assert runs["base"].train.learning_rate_scale == 0.7 and runs["base"].model.dropout_rate == 0.1
+  assert not runs["words"].decode.parse_constraint and runs["words_constrained"].decode.parse_constraint
+  assert runs["words_constrained"].data.parse_leaves == "words"

@@ -31,9 +31,9 @@ from transformer_jax import beam_search, sharding, tree_constraint
 from transformer_jax.config import ModelConfig
 from transformer_jax.model import Transformer, unstack_layers
 from transformer_jax.special_ids import EOS_ID, PAD_ID
-from transformer_jax.tree_constraint import TreeConstraint
 
 Models = ModelConfig | tuple[ModelConfig, ...]  # one model, or an ensemble's members
+Constraint = tree_constraint.TreeConstraint | None  # a parser's search: trees only, or free
 
 
 def buffer_length(model_cfg: ModelConfig, source_width: int, max_extra_len: int) -> int:
@@ -105,7 +105,7 @@ def encode(model_cfg: ModelConfig, params, inputs_BxS):
 
 def beam_decode(model_cfg: Models, params, inputs_BxS, *, beam_size: int = 4, alpha: float = 0.6,
                 max_extra_len: int = 50, stop_early: bool = True,
-                constraint: TreeConstraint | None = None) -> beam_search.BeamResult:
+                constraint: Constraint = None) -> beam_search.BeamResult:
   """Pure (jit-able) beam search: BeamResult(seqs [B, K, L], scores [B, K], steps), best first.
   A scan_layers model decodes as its unrolled equivalent (one cache layout for beam search).
   `model_cfg` and `params` may be equally long tuples: an ensemble (ensemble_step_fn) whose
@@ -138,7 +138,7 @@ def beam_decode(model_cfg: Models, params, inputs_BxS, *, beam_size: int = 4, al
 
 @functools.lru_cache(maxsize=None)
 def jitted_beam_decode(model_cfg: Models, beam_size: int, alpha: float, max_extra_len: int,
-                       stop_early: bool = True, constraint: TreeConstraint | None = None):
+                       stop_early: bool = True, constraint: Constraint = None):
   """`beam_decode` jitted for these settings (jax keeps one executable per input shape)."""
   return jax.jit(functools.partial(beam_decode, model_cfg, beam_size=beam_size, alpha=alpha,
                                    max_extra_len=max_extra_len, stop_early=stop_early,
@@ -147,7 +147,7 @@ def jitted_beam_decode(model_cfg: Models, beam_size: int, alpha: float, max_extr
 
 @functools.lru_cache(maxsize=None)
 def sharded_beam_decode(model_cfg: Models, beam_size: int, alpha: float, max_extra_len: int,
-                        mesh, constraint: TreeConstraint | None = None):
+                        mesh, constraint: Constraint = None):
   """`beam_decode` for batches split over the mesh's data-parallel axes: each device searches its
   own sentences (parameters as placed, weights gathered per sharding.INFERENCE_RULES); the
   result is replicated, so every process reads all of it."""
@@ -166,7 +166,7 @@ def sharded_beam_decode(model_cfg: Models, beam_size: int, alpha: float, max_ext
 
 def translate_batch(model_cfg: Models, params, inputs_BxS, *, beam_size: int = 4,
                     alpha: float = 0.6, max_extra_len: int = 50, mesh=None,
-                    constraint: TreeConstraint | None = None) -> jnp.ndarray:
+                    constraint: Constraint = None) -> jnp.ndarray:
   """The best beam-search hypothesis per sentence: int32 [B, L], EOS-terminated, zero padded
   (tuples of configs and parameters: an ensemble, as beam_decode). With a mesh, the B rows (a
   multiple of its data-parallel size, the same on every process) are decoded split over it."""

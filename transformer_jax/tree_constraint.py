@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 
 from transformer_jax.beam_search import NEG_INF, StepFn
+from transformer_jax.exceptions import ConfigError
 from transformer_jax.special_ids import EOS_ID, PAD_ID
 
 WORD_START = "▁"  # SentencePiece's whitespace marker
@@ -64,8 +65,8 @@ def from_tokenizer(tokenizer, placeholder: str = "") -> TreeConstraint:
   opens = tuple(i for i in starts if pieces[i].startswith(WORD_START + "("))
   closes = tuple(i for i in starts if pieces[i].startswith(WORD_START + ")"))
   if not opens or not closes:
-    raise ValueError("decode.parse_constraint: the vocabulary has no piece that begins a bracket "
-                     "('▁(' or '▁)'); it was not trained on linearized trees")
+    raise ConfigError("config key 'decode.parse_constraint': the vocabulary has no piece that "
+                      "begins a bracket ('▁(' or '▁)'); it was not trained on linearized trees")
   continues = tuple(i for i in range(len(pieces)) if i not in special and i not in set(starts))
   xx = tuple(tokenizer.encode(placeholder)) if placeholder else ()
   return TreeConstraint(len(pieces), starts, continues, opens, closes, xx)
