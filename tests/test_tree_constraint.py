@@ -55,7 +55,7 @@ def _walk(c, tok, source: str, target: str, limit_extra: int = 300):
 @pytest.mark.parametrize("leaves", ["words", "xx"])
 def test_every_gold_tree_is_allowed(leaves):
   tok, dev = sample()
-  c = tc.from_tokenizer(tok, trees.POS_PLACEHOLDER if leaves == "xx" else "")
+  c = tc.from_tokenizer(tok, trees.PHRASE_LABELS, trees.POS_PLACEHOLDER if leaves == "xx" else "")
   assert len(c.opens) > 1 and len(c.closes) > 1
   several = [t for t in {x for e in dev for x in e.linearized.split() if x[0] in "()"}
              if len(tok.encode(t)) > 1]
@@ -68,7 +68,7 @@ def test_every_gold_tree_is_allowed(leaves):
 @needs_sample
 def test_what_the_automaton_forbids():
   tok, _ = sample()
-  c = tc.from_tokenizer(tok)
+  c = tc.from_tokenizer(tok, trees.PHRASE_LABELS)
   src = "the cat sat ."
   assert _walk(c, tok, src, "(S (NP the cat )NP (VP sat )VP . )S") is None
   assert _walk(c, tok, src, "(S (NP the cat )NP (VP sat )VP )S")[1] == "</s>"     # a word left out
@@ -76,6 +76,11 @@ def test_what_the_automaton_forbids():
   assert _walk(c, tok, src, "the (S cat") is not None                                # a leaf outside a phrase
   assert _walk(c, tok, src, "(S (NP )NP the cat sat . )S") is not None              # an empty phrase
   assert _walk(c, tok, src, "(S the cat sat . )S )S") is not None                   # nothing to close
+  assert _walk(c, tok, src, "(S (FOO the cat )FOO sat . )S") is not None            # not a label
+  assert _walk(c, tok, src, "(S (NPX the cat )NP sat . )S") is not None             # half a label
+  deep = " ".join(["(NP"] * tc.MAX_OPENS_IN_A_ROW)
+  assert _walk(c, tok, "the", f"{deep} the {')NP ' * tc.MAX_OPENS_IN_A_ROW}") is None
+  assert _walk(c, tok, src, f"(S {deep} the") is not None                           # too many opens
   assert _walk(c, tok, src, "(S the cat sat . ") is not None                        # EOS inside a phrase
   # The length limit (source pieces + EOS + limit_extra): the flat tree fits exactly, one more
   # phrase does not.
@@ -101,7 +106,7 @@ def _decode(tok, c, sources, *, beam_size):
 @pytest.mark.parametrize("leaves, beam_size", [("words", 4), ("xx", 1)])
 def test_a_random_models_constrained_outputs_are_trees_over_the_words(leaves, beam_size):
   tok, dev = sample()
-  c = tc.from_tokenizer(tok, trees.POS_PLACEHOLDER if leaves == "xx" else "")
+  c = tc.from_tokenizer(tok, trees.PHRASE_LABELS, trees.POS_PLACEHOLDER if leaves == "xx" else "")
   sources = [e.words for e in dev[:6]]
   free = [trees.delinearize(o, s, leaves) for s, o in
           zip(sources, _decode(tok, None, sources, beam_size=beam_size))]

@@ -60,7 +60,8 @@ class Translator:
     self.constraint = None  # a parser's outputs are trees (decode.parse_constraint)
     if config.data.task == "parsing" and config.decode.parse_constraint:
       self.constraint = tree_constraint.from_tokenizer(
-          tokenizer, trees.POS_PLACEHOLDER if config.data.parse_leaves == "xx" else "")
+          tokenizer, trees.PHRASE_LABELS,
+          trees.POS_PLACEHOLDER if config.data.parse_leaves == "xx" else "")
     self.max_source_len = min(config.data.max_source_len, self.model_config.max_len,
                               *(c.max_len for c, _ in ensemble))
 

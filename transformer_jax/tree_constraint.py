@@ -11,10 +11,11 @@ well-formed linearizations of the source sentence, so nothing needs repair:
 - the leaves are the source's own pieces in order (`data.parse_leaves='words'`: a word is the
   same pieces in the source and in the target, both segmented by one vocabulary), or the pieces
   of `XX` once per source word (`'xx'`);
-- an opening bracket only while leaves remain, a leaf only inside a phrase, a closing bracket
-  only inside a phrase that has something in it (not right after an opening one), EOS only when
-  every leaf is written and every phrase closed; a label's pieces after its bracket's first are
-  the model's choice;
+- brackets only of the treebank's labels (data/trees.py's PHRASE_LABELS), spelled piece by
+  piece through a trie; an opening bracket only while leaves remain and at most
+  MAX_OPENS_IN_A_ROW between two leaves, a leaf only inside a phrase, a closing bracket only
+  inside a phrase that has something in it (not right after an opening one), EOS only when every
+  leaf is written and every phrase closed;
 - and only while the output can still be finished within its length limit (beam_search.py):
   each remaining leaf piece, each open phrase's closing bracket, and (outside any phrase) one
   more phrase must fit before the final EOS.
@@ -22,8 +23,9 @@ well-formed linearizations of the source sentence, so nothing needs repair:
 A piece that breaks the rule is removed without renormalizing: the allowed pieces keep the
 model's own log-probabilities, so a hypothesis the model finds unlikely (one forced past the
 EOS the model wanted) scores as unlikely, and the beam prefers the trees the model prefers.
-(Renormalized, a forced hypothesis continues for free, and the search filled the length limit
-with empty phrases and label fragments: experiments/results/wsj_parsing_pilot_reading.md.) The
+(Renormalized, or with any label and any number of opening brackets, a model that had lost its
+place filled the length limit with phrase chains and label fragments:
+experiments/results/wsj_parsing_pilot_reading.md.) The
 removed mass is handed to the padding id, which the search never emits (beam_search.py). The
 automaton's state lives in the decoder cache under `per_beam` and follows its beam.
 """
@@ -42,38 +44,68 @@ from transformer_jax.special_ids import EOS_ID, PAD_ID
 WORD_START = "▁"  # SentencePiece's whitespace marker
 
 
+MAX_OPENS_IN_A_ROW = 8  # opening brackets between two leaves (the sample's gold trees: <= 6)
+
+
 @dataclasses.dataclass(frozen=True)
 class TreeConstraint:
   """What the automaton needs of a vocabulary (hashable: a static argument of the jitted
-  search). Ids of the pieces that begin a token (`starts`), that begin an opening / a closing
-  bracket, and the pieces of the leaf placeholder (`xx`, empty when the leaves are the words)."""
+  search): the pieces that begin a token (`starts`); the bracket tokens `(L` / `)L` of the
+  treebank's labels as a trie over pieces (node 0 its root; `edges` (node, piece, child); each
+  node's `terminal`: a whole token ends there), with `opens` / `closes` the first pieces of the
+  opening / closing ones; the pieces of the leaf placeholder (`xx`, empty when leaves are the
+  words)."""
 
   vocab_size: int
   starts: tuple[int, ...]
-  continues: tuple[int, ...]
   opens: tuple[int, ...]
   closes: tuple[int, ...]
+  edges: tuple[tuple[int, int, int], ...]
+  terminal: tuple[bool, ...]
+  to_end: tuple[int, ...]       # per node: the fewest pieces still needed to end a whole token
+  shortest: tuple[int, int]     # the fewest pieces of an opening and of a closing bracket
   xx: tuple[int, ...] = ()
 
 
-def from_tokenizer(tokenizer, placeholder: str = "") -> TreeConstraint:
-  """The constraint for a parser's vocabulary (data/tokenizer.py): leaves are the source's
-  words, or `placeholder` (data/trees.py's XX) once per word."""
+def from_tokenizer(tokenizer, labels, placeholder: str = "") -> TreeConstraint:
+  """The constraint for a parser's vocabulary (data/tokenizer.py) and phrase `labels`
+  (data/trees.py's): leaves are the source's words, or `placeholder` (XX) once per word."""
   pieces = [tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)]
-  special = {i for i, p in enumerate(pieces) if p.startswith("<") and p.endswith(">")}
-  starts = tuple(i for i, p in enumerate(pieces) if p.startswith(WORD_START) and i not in special)
-  opens = tuple(i for i in starts if pieces[i].startswith(WORD_START + "("))
-  closes = tuple(i for i in starts if pieces[i].startswith(WORD_START + ")"))
-  if not opens or not closes:
-    raise ConfigError("config key 'decode.parse_constraint': the vocabulary has no piece that "
-                      "begins a bracket ('▁(' or '▁)'); it was not trained on linearized trees")
-  continues = tuple(i for i in range(len(pieces)) if i not in special and i not in set(starts))
+  starts = tuple(i for i, p in enumerate(pieces) if p.startswith(WORD_START)
+                 and not (p.startswith("<") and p.endswith(">")))
+  edges, terminal, firsts = {}, [False], {"(": set(), ")": set()}
+  for bracket in "()":
+    for label in labels:
+      ids, node = tokenizer.encode(bracket + label), 0
+      if not ids or ids[0] not in starts or any(i in starts for i in ids[1:]):
+        raise ConfigError(f"config key 'decode.parse_constraint': the vocabulary does not spell "
+                          f"{bracket + label!r} as one token ({[pieces[i] for i in ids]}); it was "
+                          "not trained on linearized trees")
+      firsts[bracket].add(ids[0])
+      for i in ids:
+        if (node, i) not in edges:
+          edges[(node, i)] = len(terminal)
+          terminal.append(False)
+        node = edges[(node, i)]
+      terminal[node] = True
+  to_end = [0 if t else len(terminal) for t in terminal]
+  for (node, _), child in sorted(edges.items(), key=lambda e: -e[1]):  # children after parents
+    to_end[node] = min(to_end[node], 0 if terminal[node] else 1 + to_end[child])
+  shortest = tuple(min(len(tokenizer.encode(b + label)) for label in labels) for b in "()")
   xx = tuple(tokenizer.encode(placeholder)) if placeholder else ()
-  return TreeConstraint(len(pieces), starts, continues, opens, closes, xx)
+  return TreeConstraint(len(pieces), starts, tuple(sorted(firsts["("])), tuple(sorted(firsts[")"])),
+                        tuple((n, i, c) for (n, i), c in sorted(edges.items())), tuple(terminal),
+                        tuple(to_end), shortest, xx)
 
 
 def _mask(ids: tuple[int, ...], size: int):
   return jnp.zeros((size,), bool).at[jnp.asarray(ids, jnp.int32)].set(True)
+
+
+def _trie(c: TreeConstraint):
+  """[nodes, V] int32: the node a piece leads to from each node (0: none)."""
+  nodes, ids, children = (jnp.asarray(x, jnp.int32) for x in zip(*c.edges))
+  return jnp.zeros((len(c.terminal), c.vocab_size), jnp.int32).at[nodes, ids].set(children)
 
 
 def leaf_pieces(c: TreeConstraint, inputs_NxS):
@@ -89,10 +121,11 @@ def leaf_pieces(c: TreeConstraint, inputs_NxS):
 
 
 def init_state(n: int) -> dict:
-  """Per row: leaf pieces written, open phrases, whether the last token opened a phrase, and
-  whether the last piece was a bracket's (so that a label's further pieces may follow)."""
-  zeros, no = jnp.zeros((n,), jnp.int32), jnp.zeros((n,), bool)
-  return {"written": zeros, "depth": zeros, "just_opened": no, "in_label": no}
+  """Per row: leaf pieces written, open phrases, whether the last token opened a phrase, the
+  trie node of the bracket token being written (0: none), opening brackets since the last leaf."""
+  zeros = jnp.zeros((n,), jnp.int32)
+  return {"written": zeros, "depth": zeros, "just_opened": jnp.zeros((n,), bool), "node": zeros,
+          "opens_in_a_row": zeros}
 
 
 def _next_leaf(leaves_NxS, written_N):
@@ -102,43 +135,48 @@ def _next_leaf(leaves_NxS, written_N):
 
 def advance(c: TreeConstraint, state: dict, ids_N, leaves_NxS, num_leaves_N):
   """The state after each row emitted ids_N (PAD, the search's start, and EOS change nothing)."""
-  n = state["written"]
-  is_leaf = (ids_N == _next_leaf(leaves_NxS, n)) & (n < num_leaves_N)
-  is_open = _mask(c.opens, c.vocab_size)[ids_N] & ~is_leaf
-  is_close = _mask(c.closes, c.vocab_size)[ids_N] & ~is_leaf
+  n, trie = state["written"], _trie(c)
+  child_N = jnp.take_along_axis(trie[state["node"]], ids_N[:, None], axis=1)[:, 0]
+  is_cont = (state["node"] > 0) & (child_N > 0)  # the bracket token goes on
+  is_leaf = ~is_cont & (ids_N == _next_leaf(leaves_NxS, n)) & (n < num_leaves_N)
+  is_open = ~is_cont & ~is_leaf & _mask(c.opens, c.vocab_size)[ids_N]
+  is_close = ~is_cont & ~is_leaf & _mask(c.closes, c.vocab_size)[ids_N]
   token_start = is_open | is_close | (is_leaf & _mask(c.starts, c.vocab_size)[ids_N])
   return {"written": n + is_leaf,
           "depth": state["depth"] + is_open - is_close,
           "just_opened": jnp.where(token_start, is_open, state["just_opened"]),
-          "in_label": is_open | is_close | (state["in_label"] & ~is_leaf
-                                            & _mask(c.continues, c.vocab_size)[ids_N])}
+          "node": jnp.where(is_cont, child_N, jnp.where(is_open | is_close, trie[0][ids_N], 0)),
+          "opens_in_a_row": jnp.where(is_leaf, 0, state["opens_in_a_row"] + is_open)}
 
 
 def allowed(c: TreeConstraint, state: dict, leaves_NxS, num_leaves_N, position, limit_N):
   """[N, V] bool: the pieces each row may emit at `position` (see the module docstring)."""
   v = c.vocab_size
-  n, depth, just_opened = state["written"], state["depth"], state["just_opened"]
+  n, depth, just_opened, node = (state[k] for k in ("written", "depth", "just_opened", "node"))
   left_N = num_leaves_N - n
   nxt_N = _next_leaf(leaves_NxS, n)
-  starts_V = _mask(c.starts, v)
-  mid_word_N = (left_N > 0) & ~starts_V[nxt_N]  # inside a leaf token: only its next piece
-  # Tokens that may still follow a piece at `position`, the last being EOS at limit - 1.
-  room_N = limit_N - 2 - position
+  mid_word_N = (left_N > 0) & ~_mask(c.starts, v)[nxt_N]  # inside a leaf: only its next piece
+  # A token may begin once the bracket token being written is whole (or none is).
+  boundary_N = ~mid_word_N & ((node == 0) | jnp.asarray(c.terminal)[node])
+  room_N = limit_N - 2 - position  # pieces that may still follow, the last being EOS
+  trie, to_end = _trie(c), jnp.asarray(c.to_end, jnp.int32)
+  open_len, close_len = c.shortest
 
-  def need(left, depth):  # pieces still to write, EOS aside
-    return left + depth + 2 * ((depth == 0) & (left > 0))
+  def fits(left, depth, extra=0):  # what is still to write after this piece fits the limit
+    need = left + depth * close_len + (open_len + close_len) * ((depth == 0) & (left > 0))
+    return need[..., None] + extra <= room_N[:, None] if jnp.ndim(extra) else need <= room_N
   vocab_V = jnp.arange(v)
-  leaf_NxV = (vocab_V[None, :] == nxt_N[:, None]) & (left_N > 0)[:, None] & (
-      (depth > 0) | mid_word_N)[:, None] & (need(left_N - 1, depth) <= room_N)[:, None]
-  open_NxV = _mask(c.opens, v)[None, :] & ((left_N > 0) & ~mid_word_N
-                                           & (need(left_N, depth + 1) <= room_N))[:, None]
-  close_NxV = _mask(c.closes, v)[None, :] & ((depth > 0) & ~just_opened & ~mid_word_N
-                                             & (need(left_N, depth - 1) <= room_N))[:, None]
-  # A label's further pieces, after its bracket's first.
-  label_NxV = _mask(c.continues, v)[None, :] & (state["in_label"]
-                                                & (need(left_N, depth) <= room_N))[:, None]
-  eos_NxV = (vocab_V == EOS_ID)[None, :] & ((left_N == 0) & (depth == 0))[:, None]
-  return leaf_NxV | open_NxV | close_NxV | label_NxV | eos_NxV
+  leaf_NxV = (vocab_V[None, :] == nxt_N[:, None]) & ((left_N > 0) & fits(left_N - 1, depth) & (
+      mid_word_N | boundary_N & (depth > 0)))[:, None]
+  child_NxV = trie[node]  # a bracket token's next piece, to the end of a treebank label
+  label_NxV = (child_NxV > 0) & (node > 0)[:, None] & fits(left_N, depth, to_end[child_NxV])
+  first_V = to_end[trie[0]][None, :]  # a bracket token's first piece, and what it commits to
+  open_NxV = _mask(c.opens, v)[None, :] & fits(left_N, depth + 1, first_V) & (
+      boundary_N & (left_N > 0) & (state["opens_in_a_row"] < MAX_OPENS_IN_A_ROW))[:, None]
+  close_NxV = _mask(c.closes, v)[None, :] & fits(left_N, depth - 1, first_V) & (
+      boundary_N & (depth > 0) & ~just_opened)[:, None]
+  eos_NxV = (vocab_V == EOS_ID)[None, :] & (boundary_N & (left_N == 0) & (depth == 0))[:, None]
+  return leaf_NxV | label_NxV | open_NxV | close_NxV | eos_NxV
 
 
 def constrained_step_fn(c: TreeConstraint, step_fn: StepFn, inputs_NxS, limit_N) -> StepFn:

@@ -53,6 +53,11 @@ from transformer_jax.data import DataError
 
 VERSION = 1             # of the preprocessing and linearization: part of the token caches' key
 POS_PLACEHOLDER = "XX"
+# The Penn Treebank's phrase labels once function tags are stripped (Bies et al. 1995; the
+# sample's trees use all 26): what a constrained parser may write (tree_constraint.py).
+PHRASE_LABELS = ("ADJP", "ADVP", "CONJP", "FRAG", "INTJ", "LST", "NAC", "NP", "NX", "PP", "PRN",
+                 "PRT", "QP", "RRC", "S", "SBAR", "SBARQ", "SINV", "SQ", "UCP", "VP", "WHADJP",
+                 "WHADVP", "WHNP", "WHPP", "X")
 LEAVES = ("xx", "words")  # what a linearization writes for a word (config data.parse_leaves)
 ROOT = "TOP"
 ROOT_LABELS = ("", "ROOT", "TOP")  # the treebank's unlabeled outer bracket, or an explicit root
