@@ -25,9 +25,9 @@ model's own log-probabilities, so a hypothesis the model finds unlikely (one for
 EOS the model wanted) scores as unlikely, and the beam prefers the trees the model prefers.
 (Renormalized, or with any label and any number of opening brackets, a model that had lost its
 place filled the length limit with phrase chains and label fragments:
-experiments/results/wsj_parsing_pilot_reading.md.) The
-removed mass is handed to the padding id, which the search never emits (beam_search.py). The
-automaton's state lives in the decoder cache under `per_beam` and follows its beam.
+experiments/results/wsj_parsing_pilot_reading.md.) The removed mass is handed to the padding id,
+which the search never emits (beam_search.py). The automaton's state lives in the decoder cache
+under `per_beam` and follows its beam.
 """
 
 from __future__ import annotations
