@@ -39,9 +39,10 @@ def _walk(c, tok, source: str, target: str, limit_extra: int = 300):
   """Feeds a target's pieces (then EOS) through the automaton: the first piece it forbids, or
   None when every one (EOS included) was allowed."""
   inputs = jnp.asarray([tok.encode_with_eos(source)], jnp.int32)
-  leaves, count = tc.leaf_pieces(c, inputs)
-  advance = jax.jit(lambda s, p: tc.advance(c, s, p, leaves, count))
-  allowed = jax.jit(lambda s, t: tc.allowed(c, s, leaves, count, t,
+  tables = tc.tables(c)
+  leaves, count = tc.leaf_pieces(tables, inputs)
+  advance = jax.jit(lambda s, p: tc.advance(tables, s, p, leaves, count))
+  allowed = jax.jit(lambda s, t: tc.allowed(tables, s, leaves, count, t,
                                             jnp.asarray([inputs.shape[1] + limit_extra])))
   state = tc.init_state(1)
   for t, piece in enumerate(tok.encode(target) + [decode.EOS_ID]):

@@ -33,6 +33,7 @@ under `per_beam` and follows its beam.
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -73,15 +74,17 @@ def from_tokenizer(tokenizer, labels, placeholder: str = "") -> TreeConstraint:
   pieces = [tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)]
   starts = tuple(i for i, p in enumerate(pieces) if p.startswith(WORD_START)
                  and not (p.startswith("<") and p.endswith(">")))
-  edges, terminal, firsts = {}, [False], {"(": set(), ")": set()}
+  is_start = set(starts)
+  edges, terminal, firsts, lengths = {}, [False], {"(": set(), ")": set()}, {"(": [], ")": []}
   for bracket in "()":
     for label in labels:
       ids, node = tokenizer.encode(bracket + label), 0
-      if not ids or ids[0] not in starts or any(i in starts for i in ids[1:]):
+      if not ids or ids[0] not in is_start or any(i in is_start for i in ids[1:]):
         raise ConfigError(f"config key 'decode.parse_constraint': the vocabulary does not spell "
                           f"{bracket + label!r} as one token ({[pieces[i] for i in ids]}); it was "
                           "not trained on linearized trees")
       firsts[bracket].add(ids[0])
+      lengths[bracket].append(len(ids))
       for i in ids:
         if (node, i) not in edges:
           edges[(node, i)] = len(terminal)
@@ -91,32 +94,45 @@ def from_tokenizer(tokenizer, labels, placeholder: str = "") -> TreeConstraint:
   to_end = [0 if t else len(terminal) for t in terminal]
   for (node, _), child in sorted(edges.items(), key=lambda e: -e[1]):  # children after parents
     to_end[node] = min(to_end[node], 0 if terminal[node] else 1 + to_end[child])
-  shortest = tuple(min(len(tokenizer.encode(b + label)) for label in labels) for b in "()")
+  shortest = (min(lengths["("]), min(lengths[")"]))
   xx = tuple(tokenizer.encode(placeholder)) if placeholder else ()
   return TreeConstraint(len(pieces), starts, tuple(sorted(firsts["("])), tuple(sorted(firsts[")"])),
                         tuple((n, i, c) for (n, i), c in sorted(edges.items())), tuple(terminal),
                         tuple(to_end), shortest, xx)
 
 
-def _mask(ids: tuple[int, ...], size: int):
-  return jnp.zeros((size,), bool).at[jnp.asarray(ids, jnp.int32)].set(True)
+class Tables(NamedTuple):
+  """The constraint as arrays, built once per search (outside its loop)."""
+
+  starts_V: jnp.ndarray      # bool: the piece begins a token
+  opens_V: jnp.ndarray       # bool: the first piece of an opening bracket
+  closes_V: jnp.ndarray      # bool: the first piece of a closing bracket
+  trie_MxV: jnp.ndarray      # int32: the node a piece leads to from each node (0: none)
+  terminal_M: jnp.ndarray    # bool
+  to_end_M: jnp.ndarray      # int32
+  xx: jnp.ndarray            # int32 [k]: the leaf placeholder's pieces (k = 0: the words)
+  open_len: int
+  close_len: int
 
 
-def _trie(c: TreeConstraint):
-  """[nodes, V] int32: the node a piece leads to from each node (0: none)."""
+def tables(c: TreeConstraint) -> Tables:
+  def mask(ids):
+    return jnp.zeros((c.vocab_size,), bool).at[jnp.asarray(ids, jnp.int32)].set(True)
   nodes, ids, children = (jnp.asarray(x, jnp.int32) for x in zip(*c.edges))
-  return jnp.zeros((len(c.terminal), c.vocab_size), jnp.int32).at[nodes, ids].set(children)
+  trie = jnp.zeros((len(c.terminal), c.vocab_size), jnp.int32).at[nodes, ids].set(children)
+  return Tables(mask(c.starts), mask(c.opens), mask(c.closes), trie, jnp.asarray(c.terminal),
+                jnp.asarray(c.to_end, jnp.int32), jnp.asarray(c.xx, jnp.int32), *c.shortest)
 
 
-def leaf_pieces(c: TreeConstraint, inputs_NxS):
+def leaf_pieces(t: Tables, inputs_NxS):
   """The pieces the leaves must spell, in order [N, S'], and their number [N]: the source's
   pieces (EOS and padding dropped), or `XX`'s pieces once per source word."""
   valid_NxS = (inputs_NxS != PAD_ID) & (inputs_NxS != EOS_ID)
-  if not c.xx:
+  if not t.xx.size:
     return jnp.where(valid_NxS, inputs_NxS, PAD_ID), valid_NxS.sum(axis=1)
-  words_N = (valid_NxS & _mask(c.starts, c.vocab_size)[inputs_NxS]).sum(axis=1)
-  k = len(c.xx)
-  tiled = jnp.tile(jnp.asarray(c.xx, jnp.int32), inputs_NxS.shape[1])[None, :]
+  words_N = (valid_NxS & t.starts_V[inputs_NxS]).sum(axis=1)
+  k = t.xx.size
+  tiled = jnp.tile(t.xx, inputs_NxS.shape[1])[None, :]
   return jnp.broadcast_to(tiled, (inputs_NxS.shape[0], tiled.shape[1])), words_N * k
 
 
@@ -133,34 +149,33 @@ def _next_leaf(leaves_NxS, written_N):
                              axis=1)[:, 0]
 
 
-def advance(c: TreeConstraint, state: dict, ids_N, leaves_NxS, num_leaves_N):
+def advance(t: Tables, state: dict, ids_N, leaves_NxS, num_leaves_N):
   """The state after each row emitted ids_N (PAD, the search's start, and EOS change nothing)."""
-  n, trie = state["written"], _trie(c)
-  child_N = jnp.take_along_axis(trie[state["node"]], ids_N[:, None], axis=1)[:, 0]
+  n = state["written"]
+  child_N = t.trie_MxV[state["node"], ids_N]
   is_cont = (state["node"] > 0) & (child_N > 0)  # the bracket token goes on
   is_leaf = ~is_cont & (ids_N == _next_leaf(leaves_NxS, n)) & (n < num_leaves_N)
-  is_open = ~is_cont & ~is_leaf & _mask(c.opens, c.vocab_size)[ids_N]
-  is_close = ~is_cont & ~is_leaf & _mask(c.closes, c.vocab_size)[ids_N]
-  token_start = is_open | is_close | (is_leaf & _mask(c.starts, c.vocab_size)[ids_N])
+  is_open = ~is_cont & ~is_leaf & t.opens_V[ids_N]
+  is_close = ~is_cont & ~is_leaf & t.closes_V[ids_N]
+  token_start = is_open | is_close | (is_leaf & t.starts_V[ids_N])
   return {"written": n + is_leaf,
           "depth": state["depth"] + is_open - is_close,
           "just_opened": jnp.where(token_start, is_open, state["just_opened"]),
-          "node": jnp.where(is_cont, child_N, jnp.where(is_open | is_close, trie[0][ids_N], 0)),
+          "node": jnp.where(is_cont, child_N, jnp.where(is_open | is_close, t.trie_MxV[0, ids_N], 0)),
           "opens_in_a_row": jnp.where(is_leaf, 0, state["opens_in_a_row"] + is_open)}
 
 
-def allowed(c: TreeConstraint, state: dict, leaves_NxS, num_leaves_N, position, limit_N):
+def allowed(t: Tables, state: dict, leaves_NxS, num_leaves_N, position, limit_N):
   """[N, V] bool: the pieces each row may emit at `position` (see the module docstring)."""
-  v = c.vocab_size
+  v = t.starts_V.shape[0]
   n, depth, just_opened, node = (state[k] for k in ("written", "depth", "just_opened", "node"))
   left_N = num_leaves_N - n
   nxt_N = _next_leaf(leaves_NxS, n)
-  mid_word_N = (left_N > 0) & ~_mask(c.starts, v)[nxt_N]  # inside a leaf: only its next piece
+  mid_word_N = (left_N > 0) & ~t.starts_V[nxt_N]  # inside a leaf: only its next piece
   # A token may begin once the bracket token being written is whole (or none is).
-  boundary_N = ~mid_word_N & ((node == 0) | jnp.asarray(c.terminal)[node])
+  boundary_N = ~mid_word_N & ((node == 0) | t.terminal_M[node])
   room_N = limit_N - 2 - position  # pieces that may still follow, the last being EOS
-  trie, to_end = _trie(c), jnp.asarray(c.to_end, jnp.int32)
-  open_len, close_len = c.shortest
+  trie, to_end, open_len, close_len = t.trie_MxV, t.to_end_M, t.open_len, t.close_len
 
   def fits(left, depth, extra=0):  # what is still to write after this piece fits the limit
     need = left + depth * close_len + (open_len + close_len) * ((depth == 0) & (left > 0))
@@ -171,9 +186,9 @@ def allowed(c: TreeConstraint, state: dict, leaves_NxS, num_leaves_N, position, 
   child_NxV = trie[node]  # a bracket token's next piece, to the end of a treebank label
   label_NxV = (child_NxV > 0) & (node > 0)[:, None] & fits(left_N, depth, to_end[child_NxV])
   first_V = to_end[trie[0]][None, :]  # a bracket token's first piece, and what it commits to
-  open_NxV = _mask(c.opens, v)[None, :] & fits(left_N, depth + 1, first_V) & (
+  open_NxV = t.opens_V[None, :] & fits(left_N, depth + 1, first_V) & (
       boundary_N & (left_N > 0) & (state["opens_in_a_row"] < MAX_OPENS_IN_A_ROW))[:, None]
-  close_NxV = _mask(c.closes, v)[None, :] & fits(left_N, depth - 1, first_V) & (
+  close_NxV = t.closes_V[None, :] & fits(left_N, depth - 1, first_V) & (
       boundary_N & (depth > 0) & ~just_opened)[:, None]
   eos_NxV = (vocab_V == EOS_ID)[None, :] & (boundary_N & (left_N == 0) & (depth == 0))[:, None]
   return leaf_NxV | label_NxV | open_NxV | close_NxV | eos_NxV
@@ -182,13 +197,14 @@ def allowed(c: TreeConstraint, state: dict, leaves_NxS, num_leaves_N, position, 
 def constrained_step_fn(c: TreeConstraint, step_fn: StepFn, inputs_NxS, limit_N) -> StepFn:
   """`step_fn` with the constraint: its cache becomes (the model's cache, {'per_beam': state});
   start the search with `initial_cache`."""
-  leaves_NxS, num_leaves_N = leaf_pieces(c, inputs_NxS)
+  t = tables(c)
+  leaves_NxS, num_leaves_N = leaf_pieces(t, inputs_NxS)
 
   def wrapped(ids_Nx1, position, cache):
     model_cache, state = cache
-    state = advance(c, state["per_beam"], ids_Nx1[:, 0], leaves_NxS, num_leaves_N)
+    state = advance(t, state["per_beam"], ids_Nx1[:, 0], leaves_NxS, num_leaves_N)
     logits_NxV, model_cache = step_fn(ids_Nx1, position, model_cache)
-    ok_NxV = allowed(c, state, leaves_NxS, num_leaves_N, position, limit_N)
+    ok_NxV = allowed(t, state, leaves_NxS, num_leaves_N, position, limit_N)
     return _without(logits_NxV, ok_NxV), (model_cache, {"per_beam": state})
   return wrapped
 
