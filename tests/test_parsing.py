@@ -356,10 +356,13 @@ def test_a_tiny_parser_trains_evaluates_and_parses_through_the_cli(tmp_path):
   err = r.stderr.decode().strip().splitlines()
   assert r.returncode == 2 and err[-1].startswith("error: --compare=") and "line 1" in err[-1]
 
+  free = open(os.path.join(w, "eval", "validation_step4.json")).read()
   r = _main("--mode=eval", f"--workdir={w}", "--split=validation",
             "--config.decode.parse_constraint=True")  # the search writes trees: none repaired
   assert r.returncode == 0, r.stderr.decode()[-3000:]
-  assert json.load(open(os.path.join(w, "eval", "validation_step4.json")))["repaired"] == 0
+  report = json.load(open(os.path.join(w, "eval", "validation_step4_constrained.json")))
+  assert report["repaired"] == 0 and report["overrides"] == {"decode.parse_constraint": True}
+  assert open(os.path.join(w, "eval", "validation_step4.json")).read() == free  # not overwritten
 
   r = _main("--mode=translate", f"--workdir={w}", stdin=b"the big cat saw a dog .\n\na man liked it\n")
   assert r.returncode == 0, r.stderr.decode()[-3000:]
