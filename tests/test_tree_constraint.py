@@ -83,6 +83,16 @@ def test_what_the_automaton_forbids():
   assert _walk(c, tok, "the", f"{deep} the {')NP ' * tc.MAX_OPENS_IN_A_ROW}") is None
   assert _walk(c, tok, src, f"(S {deep} the") is not None                           # too many opens
   assert _walk(c, tok, src, "(S the cat sat . ") is not None                        # EOS inside a phrase
+  # Unary chains (phrases each holding just the next) of at most MAX_UNARY_CHAIN while leaves
+  # remain; a phrase with two children ends no chain; with no leaves left, closing is allowed.
+  k = tc.MAX_UNARY_CHAIN
+  chain = lambda n, leaf: f"{'(NP ' * n}{leaf} {')NP ' * n}"
+  assert _walk(c, tok, src, f"(S {chain(k, 'the')} cat sat . )S") is None
+  assert _walk(c, tok, src, f"(S {chain(k + 1, 'the')} cat sat . )S") is not None
+  assert _walk(c, tok, src, f"(S {'(NP ' * (k + 1)}the {')NP ' * k}(NP cat )NP )NP sat . )S") is None
+  assert _walk(c, tok, src, f"(S (NP {chain(k, 'the')} cat )NP sat . )S") is None
+  assert _walk(c, tok, src, f"(S (NP the {chain(k, 'cat')} )NP sat . )S") is None
+  assert _walk(c, tok, src, f"(S the cat sat {chain(k + 2, '.')} )S") is None
   # The length limit (source pieces + EOS + limit_extra): the flat tree fits exactly, one more
   # phrase does not.
   extra = len(tok.encode("(S )S"))
@@ -131,8 +141,10 @@ def test_the_automatons_state_follows_its_beam():
   (whose key/value buffers attention reads through its own `source_beams` tables)."""
   cache = tc.initial_cache({"cached_key": jnp.arange(4.0)}, 4)
   cache[1]["per_beam"]["depth"] = jnp.asarray([5, 6, 7, 8])
+  cache[1]["per_beam"]["first_child"] = cache[1]["per_beam"]["first_child"].at[1, 3].set(True)
   model, state = beam_search.reorder_cache(cache, jnp.asarray([1, 1, 0, 3]))
   assert state["per_beam"]["depth"].tolist() == [6, 6, 5, 8]
+  assert state["per_beam"]["first_child"][:, 3].tolist() == [True, True, False, False]
   assert model["cached_key"].tolist() == [0.0, 1.0, 2.0, 3.0]
 
 

@@ -14,8 +14,9 @@ well-formed linearizations of the source sentence, so nothing needs repair:
 - brackets only of the treebank's labels (data/trees.py's PHRASE_LABELS), spelled piece by
   piece through a trie; an opening bracket only while leaves remain and at most
   MAX_OPENS_IN_A_ROW between two leaves, a leaf only inside a phrase, a closing bracket only
-  inside a phrase that has something in it (not right after an opening one), EOS only when every
-  leaf is written and every phrase closed;
+  inside a phrase that has something in it (not right after an opening one) and, while leaves
+  remain, not one that would end a unary chain (phrases each holding just the next) longer than
+  MAX_UNARY_CHAIN; EOS only when every leaf is written and every phrase closed;
 - and only while the output can still be finished within its length limit (beam_search.py):
   each remaining leaf piece, each open phrase's closing bracket, and (outside any phrase) one
   more phrase must fit before the final EOS.
@@ -46,6 +47,9 @@ WORD_START = "▁"  # SentencePiece's whitespace marker
 
 
 MAX_OPENS_IN_A_ROW = 8  # opening brackets between two leaves (the sample's gold trees: <= 6)
+MAX_UNARY_CHAIN = 4     # phrases in a unary chain, TOP included (the sample's training trees: <= 4)
+MAX_DEPTH = 64          # open phrases whose position among their parent's children is tracked
+                        # (the sample's trees: <= 29; deeper ones share the last slot)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,10 +142,14 @@ def leaf_pieces(t: Tables, inputs_NxS):
 
 def init_state(n: int) -> dict:
   """Per row: leaf pieces written, open phrases, whether the last token opened a phrase, the
-  trie node of the bracket token being written (0: none), opening brackets since the last leaf."""
-  zeros = jnp.zeros((n,), jnp.int32)
-  return {"written": zeros, "depth": zeros, "just_opened": jnp.zeros((n,), bool), "node": zeros,
-          "opens_in_a_row": zeros}
+  trie node of the bracket token being written (0: none), opening brackets since the last leaf;
+  per open phrase (by depth) whether it is its parent's first child; and, when the last token
+  closed a phrase, that phrase's unary chain length (0: the last token closed nothing) and
+  whether it was its parent's first child."""
+  zeros, no = jnp.zeros((n,), jnp.int32), jnp.zeros((n,), bool)
+  return {"written": zeros, "depth": zeros, "just_opened": no, "node": zeros,
+          "opens_in_a_row": zeros, "first_child": jnp.zeros((n, MAX_DEPTH), bool),
+          "closed_chain": zeros, "closed_first": no}
 
 
 def _next_leaf(leaves_NxS, written_N):
@@ -158,11 +166,24 @@ def advance(t: Tables, state: dict, ids_N, leaves_NxS, num_leaves_N):
   is_open = ~is_cont & ~is_leaf & t.opens_V[ids_N]
   is_close = ~is_cont & ~is_leaf & t.closes_V[ids_N]
   token_start = is_open | is_close | (is_leaf & t.starts_V[ids_N])
+  depth_N, rows_N = state["depth"], jnp.arange(ids_N.shape[0])
+  # an opened phrase is its parent's first child if the parent was empty; a closed one heads a
+  # unary chain one longer than its child's if that child, just closed, was its first
+  opened = jnp.minimum(depth_N, MAX_DEPTH - 1)
+  first_child = state["first_child"].at[rows_N, opened].set(
+      jnp.where(is_open, state["just_opened"], state["first_child"][rows_N, opened]))
+  unary_N = (state["closed_chain"] > 0) & state["closed_first"]
+  chain_N = jnp.where(unary_N, state["closed_chain"] + 1, 1)
+  closed_first_N = state["first_child"][rows_N, jnp.clip(depth_N - 1, 0, MAX_DEPTH - 1)]
   return {"written": n + is_leaf,
           "depth": state["depth"] + is_open - is_close,
           "just_opened": jnp.where(token_start, is_open, state["just_opened"]),
           "node": jnp.where(is_cont, child_N, jnp.where(is_open | is_close, t.trie_MxV[0, ids_N], 0)),
-          "opens_in_a_row": jnp.where(is_leaf, 0, state["opens_in_a_row"] + is_open)}
+          "opens_in_a_row": jnp.where(is_leaf, 0, state["opens_in_a_row"] + is_open),
+          "first_child": first_child,
+          "closed_chain": jnp.where(is_close, chain_N,
+                                    jnp.where(is_leaf | is_open, 0, state["closed_chain"])),
+          "closed_first": jnp.where(is_close, closed_first_N, state["closed_first"])}
 
 
 def allowed(t: Tables, state: dict, leaves_NxS, num_leaves_N, position, limit_N):
@@ -188,8 +209,10 @@ def allowed(t: Tables, state: dict, leaves_NxS, num_leaves_N, position, limit_N)
   first_V = to_end[trie[0]][None, :]  # a bracket token's first piece, and what it commits to
   open_NxV = t.opens_V[None, :] & fits(left_N, depth + 1, first_V) & (
       boundary_N & (left_N > 0) & (state["opens_in_a_row"] < MAX_OPENS_IN_A_ROW))[:, None]
+  too_long_N = ((state["closed_chain"] >= MAX_UNARY_CHAIN) & state["closed_first"]
+                & (left_N > 0))  # with no leaves left, closing is the only way on
   close_NxV = t.closes_V[None, :] & fits(left_N, depth - 1, first_V) & (
-      boundary_N & (depth > 0) & ~just_opened)[:, None]
+      boundary_N & (depth > 0) & ~just_opened & ~too_long_N)[:, None]
   eos_NxV = (vocab_V == EOS_ID)[None, :] & (boundary_N & (left_N == 0) & (depth == 0))[:, None]
   return leaf_NxV | label_NxV | open_NxV | close_NxV | eos_NxV
 
