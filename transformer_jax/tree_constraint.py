@@ -47,7 +47,7 @@ WORD_START = "▁"  # SentencePiece's whitespace marker
 
 
 MAX_OPENS_IN_A_ROW = 8  # opening brackets between two leaves (the sample's gold trees: <= 6)
-MAX_UNARY_CHAIN = 4     # phrases in a unary chain, TOP included (the sample's training trees: <= 4)
+MAX_UNARY_CHAIN = 4     # phrases in a unary chain (the sample's training trees: <= 4, below TOP too)
 MAX_DEPTH = 64          # open phrases whose position among their parent's children is tracked
                         # (the sample's trees: <= 29; deeper ones share the last slot)
 
