@@ -143,13 +143,13 @@ def leaf_pieces(t: Tables, inputs_NxS):
 def init_state(n: int) -> dict:
   """Per row: leaf pieces written, open phrases, whether the last token opened a phrase, the
   trie node of the bracket token being written (0: none), opening brackets since the last leaf;
-  per open phrase (by depth) whether it is its parent's first child; and, when the last token
-  closed a phrase, that phrase's unary chain length (0: the last token closed nothing) and
-  whether it was its parent's first child."""
-  zeros, no = jnp.zeros((n,), jnp.int32), jnp.zeros((n,), bool)
-  return {"written": zeros, "depth": zeros, "just_opened": no, "node": zeros,
+  per open phrase (by depth) whether it is its parent's first child; and the unary chain the
+  innermost open phrase would end if it closed now (0: it holds something besides one phrase
+  just closed)."""
+  zeros = jnp.zeros((n,), jnp.int32)
+  return {"written": zeros, "depth": zeros, "just_opened": jnp.zeros((n,), bool), "node": zeros,
           "opens_in_a_row": zeros, "first_child": jnp.zeros((n, MAX_DEPTH), bool),
-          "closed_chain": zeros, "closed_first": no}
+          "unary_below": zeros}
 
 
 def _next_leaf(leaves_NxS, written_N):
@@ -167,23 +167,21 @@ def advance(t: Tables, state: dict, ids_N, leaves_NxS, num_leaves_N):
   is_close = ~is_cont & ~is_leaf & t.closes_V[ids_N]
   token_start = is_open | is_close | (is_leaf & t.starts_V[ids_N])
   depth_N, rows_N = state["depth"], jnp.arange(ids_N.shape[0])
-  # an opened phrase is its parent's first child if the parent was empty; a closed one heads a
-  # unary chain one longer than its child's if that child, just closed, was its first
+  # an opened phrase is its parent's first child if the parent was empty; a closed phrase ends a
+  # unary chain one longer than the one below it, which its parent extends if it was the first
   opened = jnp.minimum(depth_N, MAX_DEPTH - 1)
   first_child = state["first_child"].at[rows_N, opened].set(
       jnp.where(is_open, state["just_opened"], state["first_child"][rows_N, opened]))
-  unary_N = (state["closed_chain"] > 0) & state["closed_first"]
-  chain_N = jnp.where(unary_N, state["closed_chain"] + 1, 1)
   closed_first_N = state["first_child"][rows_N, jnp.clip(depth_N - 1, 0, MAX_DEPTH - 1)]
+  chain_N = jnp.where(closed_first_N, state["unary_below"] + 1, 0)
   return {"written": n + is_leaf,
           "depth": state["depth"] + is_open - is_close,
           "just_opened": jnp.where(token_start, is_open, state["just_opened"]),
           "node": jnp.where(is_cont, child_N, jnp.where(is_open | is_close, t.trie_MxV[0, ids_N], 0)),
           "opens_in_a_row": jnp.where(is_leaf, 0, state["opens_in_a_row"] + is_open),
           "first_child": first_child,
-          "closed_chain": jnp.where(is_close, chain_N,
-                                    jnp.where(is_leaf | is_open, 0, state["closed_chain"])),
-          "closed_first": jnp.where(is_close, closed_first_N, state["closed_first"])}
+          "unary_below": jnp.where(is_close, chain_N,
+                                   jnp.where(is_leaf | is_open, 0, state["unary_below"]))}
 
 
 def allowed(t: Tables, state: dict, leaves_NxS, num_leaves_N, position, limit_N):
@@ -209,8 +207,8 @@ def allowed(t: Tables, state: dict, leaves_NxS, num_leaves_N, position, limit_N)
   first_V = to_end[trie[0]][None, :]  # a bracket token's first piece, and what it commits to
   open_NxV = t.opens_V[None, :] & fits(left_N, depth + 1, first_V) & (
       boundary_N & (left_N > 0) & (state["opens_in_a_row"] < MAX_OPENS_IN_A_ROW))[:, None]
-  too_long_N = ((state["closed_chain"] >= MAX_UNARY_CHAIN) & state["closed_first"]
-                & (left_N > 0))  # with no leaves left, closing is the only way on
+  # no unary chain past MAX_UNARY_CHAIN while leaves remain (after them, closing is the only way on)
+  too_long_N = (state["unary_below"] >= MAX_UNARY_CHAIN) & (left_N > 0)
   close_NxV = t.closes_V[None, :] & fits(left_N, depth - 1, first_V) & (
       boundary_N & (depth > 0) & ~just_opened & ~too_long_N)[:, None]
   eos_NxV = (vocab_V == EOS_ID)[None, :] & (boundary_N & (left_N == 0) & (depth == 0))[:, None]
