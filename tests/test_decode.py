@@ -342,6 +342,10 @@ def test_outputs_stop_at_eos_within_each_limit(scale):
   check_outputs(beam_BxL, inputs_BxS, 2)
   check_outputs(beam1_BxL, inputs_BxS, 2)
   assert [len(r) for r in decode.strip_eos(beam_BxL)] == [len(trim(r)) - 1 for r in beam_BxL]
+  same_BxL, steps = decode.translate_batch(cfg, params, inputs_BxS, beam_size=3, alpha=0.6,
+                                           max_extra_len=2, with_steps=True)
+  np.testing.assert_array_equal(same_BxL, beam_BxL)
+  assert max(len(trim(r)) for r in beam_BxL) <= int(steps) <= 6 + 2  # a step per token, EOS too
 
 
 def test_sinusoids_let_every_input_have_its_50_extra_tokens():

@@ -77,6 +77,7 @@ def test_average_then_eval_writes_aligned_outputs_and_both_bleus(workdir):
   report = json.load(open(stem + ".json"))
   assert {"sacrebleu", "sacrebleu_signature", "tokenized_bleu"} <= set(report)
   assert "nrefs:1" in report["sacrebleu_signature"]
+  assert report["decoder_steps"] > 0 and report["decode_seconds"] > 0
   lines = open(stem + ".txt", encoding="utf-8").read().split("\n")
   assert len(lines) == 1014 + 1  # every dev sentence, in order
   rows = [json.loads(l) for l in open(stem + ".jsonl", encoding="utf-8")]
@@ -96,6 +97,12 @@ def test_translator_api(workdir):
   out = t.translate(["A man rides a bike.", "", "Two dogs play."])
   assert len(out) == 3 and out[1] == "" and all(isinstance(x, str) for x in out)
   assert t.translate(["A man rides a bike."]) == out[:1]  # batch-independent
+  # one search (one batch) runs a step per output token, EOS included, until its longest is done
+  # (each sentence within its own limit, source length + max_extra_len)
+  before, sources = t.decoder_steps, t.encode(["A man rides a bike.", "Two dogs play."])
+  ids = t.translate_ids(sources)
+  ran = t.decoder_steps - before
+  assert max(map(len, ids)) + 1 <= ran <= max(map(len, sources)) + t.config.decode.max_extra_len
   assert DATA_DIR
 
 

@@ -62,6 +62,7 @@ class Translator:
       self.constraint = tree_constraint.from_tokenizer(
           tokenizer, trees.PHRASE_LABELS,
           trees.POS_PLACEHOLDER if config.data.parse_leaves == "xx" else "")
+    self.decoder_steps = 0  # run by the searches so far (a batch's search runs to its longest)
     self.max_source_len = min(config.data.max_source_len, self.model_config.max_len,
                               *(c.max_len for c, _ in ensemble))
 
@@ -110,10 +111,11 @@ class Translator:
       inputs = np.zeros((self.batch_size, width), np.int32)  # fixed rows: one shape per width
       for row, i in enumerate(idx):
         inputs[row, :len(source_ids[i])] = source_ids[i]
-      out = decode.translate_batch(self._models, self._params, inputs,
+      out, steps = decode.translate_batch(self._models, self._params, inputs,
                                    beam_size=self.beam_size, alpha=self.alpha,
                                    max_extra_len=self.config.decode.max_extra_len, mesh=self.mesh,
-                                   constraint=self.constraint)
+                                   constraint=self.constraint, with_steps=True)
+      self.decoder_steps += int(steps)
       for row, ids in zip(idx, decode.strip_eos(jax.device_get(out))):
         results[row] = ids
       if bar is not None:
