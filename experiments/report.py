@@ -208,6 +208,7 @@ def report_markdown(sweep, scale_name: str, rows: list[dict], results: dict, rea
             *comparison_lines(rows, other_scale, results_files.read_json(other + ".json"),
                               os.path.basename(other) + ".md"),
             *(paper_table(rows, base, parsing) if has_paper(rows) else base_table(rows, base, parsing))]
+  lines += head_width_lines(verdicts.by_head_width(sweep, rows))
   cols = list(HEADERS)
   lines += ["", "## What each row ran: widths, convergence, cost", "",
             f"![dev perplexity curves]({os.path.basename(stem)}_curves.png)", "",
@@ -246,6 +247,19 @@ def report_markdown(sweep, scale_name: str, rows: list[dict], results: dict, rea
   lines += ["", "## Reading", "", reading.strip() if reading.strip() else
             f"(Not written yet: `{os.path.relpath(stem, REPO)}_reading.md` appears here.)", ""]
   return "\n".join(lines)
+
+
+def head_width_lines(widths: list[dict]) -> list[str]:
+  """The rows that change only the heads, by their per-head width d_k (verdicts.by_head_width)."""
+  if not widths:
+    return []
+  return ["", "## By per-head width", "",
+          "The rows that change only the attention heads (h, d_k, d_v) and base, ordered by the "
+          "per-head key width d_k they ran at (at this scale): whether dev PPL follows the number "
+          "of heads or the width of each.", "",
+          markdown.table(["d_k", "row", "h", "d_v", "PPL ours", "BLEU ours"],
+                         [[w["d_k"], w["label"], w["h"], w["d_v"], _ours(w, "ppl", 2),
+                           _ours(w, "bleu", 1)] for w in widths])]
 
 
 def has_paper(rows: list[dict]) -> bool:
@@ -335,7 +349,8 @@ def write_report(sweep, scale_name: str, results_dir: str, planned: dict[str, li
                "scale_description": sweep.scales[scale_name].description,
                "changed_from_scale": dict(changes or {}),
                "generated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-               "summary": summary_lines(rows), "rows": rows}, f, indent=1, ensure_ascii=False)
+               "summary": summary_lines(rows), "rows": rows,
+               "by_head_width": verdicts.by_head_width(sweep, rows)}, f, indent=1, ensure_ascii=False)
   paths = [stem + ".md", stem + ".json"]
   title = f"{sweep.name} at scale '{scale_name}'"
   curves = {r["label"]: [res["dev_ppl_curve"] for res in results.get(r["row"], {}).values()]

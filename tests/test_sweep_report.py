@@ -102,6 +102,13 @@ def test_report_of_a_partial_sweep(table3, tmp_path):
   assert "- Runs finished: 10 of 41 (row × seed); rows complete: 4 of 20." in md
   assert "- Command: `python -m experiments.run" not in md  # runs made in-process record none
   assert "by more than 3M in: (C) d_model=1024, d_k=d_v=128 (163.8M vs 168M)" in md
+  # Rows that change only the heads, by per-head width: A h=1 (d_k 512/16) and base (d_k 32/8);
+  # C N=8 and E (another positional table at base's d_k) change something else and are left out.
+  widths = md[md.index("## By per-head width"):md.index("## What each row ran")]
+  cells = [[c.strip() for c in line.strip("|").split("|")] for line in widths.splitlines()
+           if line.startswith("| ") and not line.startswith("| d_k")]
+  assert [c[:3] for c in cells] == [["4", "base", "8"], ["32", "(A) h=1, d_k=d_v=512", "1"]]
+  assert cells[1][4] == "11.10 (11.00–11.20, n=2)"
   ran = md[md.index("## What each row ran"):]
   head2 = table_row(ran, "row")
   base_run = dict(zip(head2, table_row(ran, "base")))
@@ -115,6 +122,7 @@ def test_report_of_a_partial_sweep(table3, tmp_path):
   by_row = {r["row"]: r for r in data["rows"]}
   assert len(data["rows"]) == 20 and by_row["A_h1"]["ppl_verdict"] == "✓"
   assert by_row["A_h4"]["status"] == "pending" and by_row["base"]["ppl"]["n"] == 3
+  assert [w["row"] for w in data["by_head_width"]] == ["base", "A_h1"]
   assert (tmp_path / "t3_tiny_curves.png").stat().st_size > 10_000
   assert (tmp_path / "t3_tiny.png").stat().st_size > 10_000
   assert "Changed from the scale" not in md and data["changed_from_scale"] == {}
