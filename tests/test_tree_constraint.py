@@ -35,6 +35,15 @@ def sample():
   return tok, dev
 
 
+LIMITS = default_config().decode  # parse_max_opens_in_a_row, parse_max_unary_chain
+
+
+def _constraint(tok, placeholder: str = "", opens: int = LIMITS.parse_max_opens_in_a_row,
+                unary: int = LIMITS.parse_max_unary_chain):
+  return tc.from_tokenizer(tok, trees.PHRASE_LABELS, placeholder, max_opens_in_a_row=opens,
+                           max_unary_chain=unary)
+
+
 def _walk(c, tok, source: str, target: str, limit_extra: int = 300):
   """Feeds a target's pieces (then EOS) through the automaton: the first piece it forbids, or
   None when every one (EOS included) was allowed."""
@@ -56,7 +65,7 @@ def _walk(c, tok, source: str, target: str, limit_extra: int = 300):
 @pytest.mark.parametrize("leaves", ["words", "xx"])
 def test_every_gold_tree_is_allowed(leaves):
   tok, dev = sample()
-  c = tc.from_tokenizer(tok, trees.PHRASE_LABELS, trees.POS_PLACEHOLDER if leaves == "xx" else "")
+  c = _constraint(tok, trees.POS_PLACEHOLDER if leaves == "xx" else "")
   assert len(c.opens) > 1 and len(c.closes) > 1
   several = [t for t in {x for e in dev for x in e.linearized.split() if x[0] in "()"}
              if len(tok.encode(t)) > 1]
@@ -69,7 +78,7 @@ def test_every_gold_tree_is_allowed(leaves):
 @needs_sample
 def test_what_the_automaton_forbids():
   tok, _ = sample()
-  c = tc.from_tokenizer(tok, trees.PHRASE_LABELS)
+  c = _constraint(tok)
   src = "the cat sat ."
   assert _walk(c, tok, src, "(S (NP the cat )NP (VP sat )VP . )S") is None
   assert _walk(c, tok, src, "(S (NP the cat )NP (VP sat )VP )S")[1] == "</s>"     # a word left out
@@ -79,13 +88,13 @@ def test_what_the_automaton_forbids():
   assert _walk(c, tok, src, "(S the cat sat . )S )S") is not None                   # nothing to close
   assert _walk(c, tok, src, "(S (FOO the cat )FOO sat . )S") is not None            # not a label
   assert _walk(c, tok, src, "(S (NPX the cat )NP sat . )S") is not None             # half a label
-  deep = " ".join(["(NP"] * tc.MAX_OPENS_IN_A_ROW)
-  assert _walk(c, tok, "the", f"{deep} the {')NP ' * tc.MAX_OPENS_IN_A_ROW}") is None
+  deep = " ".join(["(NP"] * LIMITS.parse_max_opens_in_a_row)
+  assert _walk(c, tok, "the", f"{deep} the {')NP ' * LIMITS.parse_max_opens_in_a_row}") is None
   assert _walk(c, tok, src, f"(S {deep} the") is not None                           # too many opens
   assert _walk(c, tok, src, "(S the cat sat . ") is not None                        # EOS inside a phrase
-  # Unary chains (phrases each holding just the next) of at most MAX_UNARY_CHAIN while leaves
-  # remain; a phrase with two children ends no chain; with no leaves left, closing is allowed.
-  k = tc.MAX_UNARY_CHAIN
+  # Unary chains (phrases each holding just the next) of at most parse_max_unary_chain while
+  # leaves remain; a phrase with two children ends no chain; with no leaves left, closing is allowed.
+  k = LIMITS.parse_max_unary_chain
   chain = lambda n, leaf: f"{'(NP ' * n}{leaf} {')NP ' * n}"
   assert _walk(c, tok, src, f"(S {chain(k, 'the')} cat sat . )S") is None
   assert _walk(c, tok, src, f"(S {chain(k + 1, 'the')} cat sat . )S") is not None
@@ -98,6 +107,24 @@ def test_what_the_automaton_forbids():
   extra = len(tok.encode("(S )S"))
   assert _walk(c, tok, src, "(S the cat sat . )S", limit_extra=extra) is None
   assert _walk(c, tok, src, "(S (NP the cat )NP sat . )S", limit_extra=extra) is not None
+
+
+@needs_sample
+def test_the_limits_a_tree_needs_are_the_ones_the_search_counts():
+  """trees.search_limits (what training checks against the config) agrees with the automaton:
+  each dev tree walks through with its own limits, and not with one less of either."""
+  tok, dev = sample()
+  needed = {trees.search_limits(e.linearized) for e in dev}
+  assert {o for o, _ in needed} >= {2, 3, 4} and {u for _, u in needed} >= {1, 2, 3}
+  for opens, unary in sorted(needed):
+    e = next(e for e in dev if trees.search_limits(e.linearized) == (opens, unary))
+    assert _walk(_constraint(tok, opens=opens, unary=unary), tok, e.words, e.linearized_words) is None
+    assert _walk(_constraint(tok, opens=opens - 1, unary=unary), tok, e.words,
+                 e.linearized_words) is not None
+    assert _walk(_constraint(tok, opens=opens, unary=unary - 1), tok, e.words,
+                 e.linearized_words) is not None
+  assert trees.search_limits("(S (NP (NP the )NP )NP (VP sat )VP )S") == (3, 2)
+  assert trees.search_limits("(S (VP (NP the )NP )VP )S") == (3, 0)  # closes after the last leaf
 
 
 def _decode(tok, c, sources, *, beam_size):
@@ -117,7 +144,7 @@ def _decode(tok, c, sources, *, beam_size):
 @pytest.mark.parametrize("leaves, beam_size", [("words", 4), ("xx", 1)])
 def test_a_random_models_constrained_outputs_are_trees_over_the_words(leaves, beam_size):
   tok, dev = sample()
-  c = tc.from_tokenizer(tok, trees.PHRASE_LABELS, trees.POS_PLACEHOLDER if leaves == "xx" else "")
+  c = _constraint(tok, trees.POS_PLACEHOLDER if leaves == "xx" else "")
   sources = [e.words for e in dev[:6]]
   free = [trees.delinearize(o, s, leaves) for s, o in
           zip(sources, _decode(tok, None, sources, beam_size=beam_size))]

@@ -152,6 +152,10 @@ def default_config() -> ml_collections.ConfigDict:
   dc.average_checkpoints = 0      # eval: average the last k checkpoints first (0: off)
   dc.parse_constraint = False     # parsing: the search emits only trees over the source's words
                                   # (tree_constraint.py; a deviation: the paper decodes freely)
+  dc.parse_max_opens_in_a_row = 8  # constrained search: opening brackets between two leaves
+  dc.parse_max_unary_chain = 4    # and phrases in a unary chain while words remain; the sample's
+                                  # training trees need 6 and 4 (training warns where its trees
+                                  # need more: data/trees.py search_limits)
 
   c.mesh = ml_collections.ConfigDict()
   c.mesh.data = -1                # -1: all devices not used by the other axes
@@ -354,6 +358,8 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   _positive("decode.", "average_checkpoints", dc.average_checkpoints, allow_zero=True)
   if dc.alpha < 0:
     raise ConfigError(f"config key 'decode.alpha' must be >= 0, got {dc.alpha}")
+  _positive("decode.", "parse_max_opens_in_a_row", dc.parse_max_opens_in_a_row)
+  _positive("decode.", "parse_max_unary_chain", dc.parse_max_unary_chain)
   if dc.parse_constraint and d.task != "parsing":
     raise ConfigError("config key 'decode.parse_constraint' constrains a parser's trees: it needs "
                       f"data.task='parsing', got {d.task!r}")

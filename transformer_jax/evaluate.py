@@ -220,11 +220,13 @@ def evaluate_workdir(workdir: str, *, splits: Sequence[str] = ("test",),
 
 
 def _settings_tag(overrides: dict) -> str:
-  """'_beam1_alpha1.0' (or '_constrained', '_free') for decode settings that differ from the
+  """'_beam1_alpha1.0' (or '_constrained', '_free', '_unary5') for decode settings that differ from the
   checkpoint's: reports made with other settings never overwrite each other."""
   short = {"beam_size": lambda v: f"beam{v}", "alpha": lambda v: f"alpha{v}",
            "max_extra_len": lambda v: f"extra{v}",
-           "parse_constraint": lambda v: "constrained" if v else "free"}
+           "parse_constraint": lambda v: "constrained" if v else "free",
+           "parse_max_opens_in_a_row": lambda v: f"opens{v}",
+           "parse_max_unary_chain": lambda v: f"unary{v}"}
   return "".join(f"_{short[k.split('.')[1]](v)}" for k, v in sorted(overrides.items())
                  if k.startswith("decode.") and k.split(".")[1] in short)
 

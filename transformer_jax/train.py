@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import math
 import signal
+import sys
 import time
 
 import jax
@@ -44,7 +45,7 @@ from transformer_jax import attention, branch, checkpoint, distributed, evaluate
 from transformer_jax import files, sharding
 from transformer_jax import matmul, step as step_lib, workdir as workdir_lib
 from transformer_jax.config import ConfigError, ModelConfig, validate
-from transformer_jax.data import pipeline, tokenizer
+from transformer_jax.data import pipeline, sources, tokenizer, trees
 from transformer_jax.exceptions import TrainingError  # re-exported: train.TrainingError
 from transformer_jax.metrics import (MetricsWriter, ProfileWindow, Progress, measure_peak_flops,
                                      mfu, train_flops)
@@ -186,6 +187,11 @@ def _train(config, workdir, saver, mesh) -> dict:
       config, tok, batch_multiple=rows_multiple, process_index=jax.process_index(),
       process_count=jax.process_count())
   dev_set = evaluate_lib.load_eval_set(config, tok, split="validation", batch_multiple=rows_multiple)
+  if config.data.task == "parsing":
+    for line in trees.search_limit_warnings(sources.split_source(config, "train").records.examples,
+                                            config.decode):
+      logging.warning("%s", line)
+      print(f"warning: {line}", file=sys.stderr, flush=True)
 
   saver.progress = {"vocab_sha256": files.sha256(tokenizer.vocab_path(workdir))}
   restored = checkpoint.restore_latest(manager, abstract_state, train_iter,

@@ -61,7 +61,9 @@ class Translator:
     if config.data.task == "parsing" and config.decode.parse_constraint:
       self.constraint = tree_constraint.from_tokenizer(
           tokenizer, trees.PHRASE_LABELS,
-          trees.POS_PLACEHOLDER if config.data.parse_leaves == "xx" else "")
+          trees.POS_PLACEHOLDER if config.data.parse_leaves == "xx" else "",
+          max_opens_in_a_row=config.decode.parse_max_opens_in_a_row,
+          max_unary_chain=config.decode.parse_max_unary_chain)
     self.decoder_steps = 0  # run by the searches so far (a batch's search runs to its longest)
     self.max_source_len = min(config.data.max_source_len, self.model_config.max_len,
                               *(c.max_len for c, _ in ensemble))

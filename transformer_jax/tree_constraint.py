@@ -13,10 +13,12 @@ well-formed linearizations of the source sentence, so nothing needs repair:
   of `XX` once per source word (`'xx'`);
 - brackets only of the treebank's labels (data/trees.py's PHRASE_LABELS), spelled piece by
   piece through a trie; an opening bracket only while leaves remain and at most
-  MAX_OPENS_IN_A_ROW between two leaves, a leaf only inside a phrase, a closing bracket only
-  inside a phrase that has something in it (not right after an opening one) and, while leaves
-  remain, not one that would end a unary chain (phrases each holding just the next) longer than
-  MAX_UNARY_CHAIN; EOS only when every leaf is written and every phrase closed;
+  `decode.parse_max_opens_in_a_row` between two leaves, a leaf only inside a phrase, a closing
+  bracket only inside a phrase that has something in it (not right after an opening one) and,
+  while leaves remain, not one that would end a unary chain (phrases each holding just the next)
+  longer than `decode.parse_max_unary_chain` (both limits: what the training trees need,
+  data/trees.py's search_limits, which training checks); EOS only when every leaf is written and
+  every phrase closed;
 - and only while the output can still be finished within its length limit (beam_search.py):
   each remaining leaf piece, each open phrase's closing bracket, and (outside any phrase) one
   more phrase must fit before the final EOS.
@@ -46,8 +48,6 @@ from transformer_jax.special_ids import EOS_ID, PAD_ID
 WORD_START = "▁"  # SentencePiece's whitespace marker
 
 
-MAX_OPENS_IN_A_ROW = 8  # opening brackets between two leaves (the sample's gold trees: <= 6)
-MAX_UNARY_CHAIN = 4     # phrases in a unary chain (the sample's training trees: <= 4, below TOP too)
 MAX_DEPTH = 64          # open phrases whose position among their parent's children is tracked
                         # (the sample's trees: <= 29; deeper ones share the last slot)
 
@@ -59,7 +59,7 @@ class TreeConstraint:
   treebank's labels as a trie over pieces (node 0 its root; `edges` (node, piece, child); each
   node's `terminal`: a whole token ends there), with `opens` / `closes` the first pieces of the
   opening / closing ones; the pieces of the leaf placeholder (`xx`, empty when leaves are the
-  words)."""
+  words); and the two limits on a tree's shape (config `decode.parse_max_*`)."""
 
   vocab_size: int
   starts: tuple[int, ...]
@@ -69,12 +69,16 @@ class TreeConstraint:
   terminal: tuple[bool, ...]
   to_end: tuple[int, ...]       # per node: the fewest pieces still needed to end a whole token
   shortest: tuple[int, int]     # the fewest pieces of an opening and of a closing bracket
-  xx: tuple[int, ...] = ()
+  xx: tuple[int, ...]
+  max_opens_in_a_row: int       # opening brackets between two leaves
+  max_unary_chain: int          # phrases in a unary chain closed while leaves remain
 
 
-def from_tokenizer(tokenizer, labels, placeholder: str = "") -> TreeConstraint:
+def from_tokenizer(tokenizer, labels, placeholder: str = "", *, max_opens_in_a_row: int,
+                   max_unary_chain: int) -> TreeConstraint:
   """The constraint for a parser's vocabulary (data/tokenizer.py) and phrase `labels`
-  (data/trees.py's): leaves are the source's words, or `placeholder` (XX) once per word."""
+  (data/trees.py's): leaves are the source's words, or `placeholder` (XX) once per word; the
+  limits on a tree's shape as config `decode.parse_max_opens_in_a_row` and `..._unary_chain`."""
   pieces = [tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)]
   starts = tuple(i for i, p in enumerate(pieces) if p.startswith(WORD_START)
                  and not (p.startswith("<") and p.endswith(">")))
@@ -102,7 +106,7 @@ def from_tokenizer(tokenizer, labels, placeholder: str = "") -> TreeConstraint:
   xx = tuple(tokenizer.encode(placeholder)) if placeholder else ()
   return TreeConstraint(len(pieces), starts, tuple(sorted(firsts["("])), tuple(sorted(firsts[")"])),
                         tuple((n, i, c) for (n, i), c in sorted(edges.items())), tuple(terminal),
-                        tuple(to_end), shortest, xx)
+                        tuple(to_end), shortest, xx, max_opens_in_a_row, max_unary_chain)
 
 
 class Tables(NamedTuple):
@@ -117,6 +121,8 @@ class Tables(NamedTuple):
   xx: jnp.ndarray            # int32 [k]: the leaf placeholder's pieces (k = 0: the words)
   open_len: int
   close_len: int
+  max_opens_in_a_row: int
+  max_unary_chain: int
 
 
 def tables(c: TreeConstraint) -> Tables:
@@ -125,7 +131,8 @@ def tables(c: TreeConstraint) -> Tables:
   nodes, ids, children = (jnp.asarray(x, jnp.int32) for x in zip(*c.edges))
   trie = jnp.zeros((len(c.terminal), c.vocab_size), jnp.int32).at[nodes, ids].set(children)
   return Tables(mask(c.starts), mask(c.opens), mask(c.closes), trie, jnp.asarray(c.terminal),
-                jnp.asarray(c.to_end, jnp.int32), jnp.asarray(c.xx, jnp.int32), *c.shortest)
+                jnp.asarray(c.to_end, jnp.int32), jnp.asarray(c.xx, jnp.int32), *c.shortest,
+                c.max_opens_in_a_row, c.max_unary_chain)
 
 
 def leaf_pieces(t: Tables, inputs_NxS):
@@ -206,9 +213,9 @@ def allowed(t: Tables, state: dict, leaves_NxS, num_leaves_N, position, limit_N)
   label_NxV = (child_NxV > 0) & (node > 0)[:, None] & fits(left_N, depth, to_end[child_NxV])
   first_V = to_end[trie[0]][None, :]  # a bracket token's first piece, and what it commits to
   open_NxV = t.opens_V[None, :] & fits(left_N, depth + 1, first_V) & (
-      boundary_N & (left_N > 0) & (state["opens_in_a_row"] < MAX_OPENS_IN_A_ROW))[:, None]
-  # no unary chain past MAX_UNARY_CHAIN while leaves remain (after them, closing is the only way on)
-  too_long_N = (state["unary_below"] >= MAX_UNARY_CHAIN) & (left_N > 0)
+      boundary_N & (left_N > 0) & (state["opens_in_a_row"] < t.max_opens_in_a_row))[:, None]
+  # no unary chain past the limit while leaves remain (after them, closing is the only way on)
+  too_long_N = (state["unary_below"] >= t.max_unary_chain) & (left_N > 0)
   close_NxV = t.closes_V[None, :] & fits(left_N, depth - 1, first_V) & (
       boundary_N & (depth > 0) & ~just_opened & ~too_long_N)[:, None]
   eos_NxV = (vocab_V == EOS_ID)[None, :] & (boundary_N & (left_N == 0) & (depth == 0))[:, None]

@@ -205,6 +205,10 @@ class Records:
   def __init__(self, examples: list[Example], key: str):
     self._examples, self.key = examples, key
 
+  @property
+  def examples(self) -> list[Example]:
+    return self._examples
+
   def __len__(self) -> int:
     return len(self._examples)
 
@@ -221,6 +225,46 @@ def split_records(folder: str, spec: str, what: str) -> Records:
   key = hashlib.sha256(repr((VERSION, [(p, os.path.getsize(p), os.stat(p).st_mtime_ns)
                                        for p in paths])).encode()).hexdigest()[:12]
   return Records(examples, key)
+
+
+def search_limits(linearized: str) -> tuple[int, int]:
+  """What the constrained search (tree_constraint.py) must allow to write this linearization:
+  (the most opening brackets between two leaves, the longest unary chain closed while leaves
+  remain: phrases each holding just the next, the last holding anything else). Counted as the
+  search counts them, token by token."""
+  tokens = linearized.split()
+  left = sum(not t.startswith(("(", ")")) for t in tokens)
+  opens = most_opens = longest = unary_below = 0
+  first_child, just_opened = [], False  # per open phrase: its parent's first child
+  for t in tokens:
+    if t.startswith("("):
+      first_child.append(just_opened)
+      opens, unary_below = opens + 1, 0
+      most_opens = max(most_opens, opens)
+    elif t.startswith(")"):
+      if left:
+        longest = max(longest, unary_below + 1)
+      unary_below = unary_below + 1 if first_child.pop() else 0
+    else:
+      left, opens, unary_below = left - 1, 0, 0
+    just_opened = t.startswith("(")
+  return most_opens, longest
+
+
+def search_limit_warnings(examples: list[Example], decode) -> list[str]:
+  """Training trees against the constrained search's limits on a tree's shape (config
+  `decode.parse_max_*`, tree_constraint.py): a line for each limit that some trees exceed (with
+  `decode.parse_constraint` the search could not write them), naming the value they need."""
+  needed = [search_limits(e.linearized) for e in examples]
+  out = []
+  for i, key in enumerate(("parse_max_opens_in_a_row", "parse_max_unary_chain")):
+    over = [(n[i], e) for n, e in zip(needed, examples) if n[i] > decode[key]]
+    if over:
+      most, e = max(over, key=lambda x: x[0])
+      out.append(f"{len(over)} of {len(examples)} training trees exceed decode.{key}="
+                 f"{decode[key]} (the constrained search could not write them; the most, {most}, "
+                 f"at {e.path} line {e.line}): decode with --config.decode.{key}={most}")
+  return out
 
 
 # ----------------------------------------------------------------------------- preprocessing
