@@ -220,8 +220,8 @@ def evaluate_workdir(workdir: str, *, splits: Sequence[str] = ("test",),
 
 
 def _settings_tag(overrides: dict) -> str:
-  """'_beam1_alpha1.0' (or '_constrained', '_free', '_unary5') for decode settings that differ from the
-  checkpoint's: reports made with other settings never overwrite each other."""
+  """'_beam1_alpha1.0' (or '_constrained', '_free', '_unary5') for decode settings that differ
+  from the checkpoint's: reports made with other settings never overwrite each other."""
   short = {"beam_size": lambda v: f"beam{v}", "alpha": lambda v: f"alpha{v}",
            "max_extra_len": lambda v: f"extra{v}",
            "parse_constraint": lambda v: "constrained" if v else "free",

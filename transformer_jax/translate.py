@@ -113,10 +113,10 @@ class Translator:
       inputs = np.zeros((self.batch_size, width), np.int32)  # fixed rows: one shape per width
       for row, i in enumerate(idx):
         inputs[row, :len(source_ids[i])] = source_ids[i]
-      out, steps = decode.translate_batch(self._models, self._params, inputs,
-                                   beam_size=self.beam_size, alpha=self.alpha,
-                                   max_extra_len=self.config.decode.max_extra_len, mesh=self.mesh,
-                                   constraint=self.constraint, with_steps=True)
+      out, steps = decode.translate_batch(
+          self._models, self._params, inputs, beam_size=self.beam_size, alpha=self.alpha,
+          max_extra_len=self.config.decode.max_extra_len, mesh=self.mesh,
+          constraint=self.constraint, with_steps=True)
       self.decoder_steps += int(steps)
       for row, ids in zip(idx, decode.strip_eos(jax.device_get(out))):
         results[row] = ids
