@@ -19,8 +19,10 @@ per set, in `WORKDIR/eval/`:
 - `<set>_step<N>[_avg<k>][_<decode settings>][_bleu<n>].txt` (workdir.eval_stem): one
   translation per source line;
 - `... .jsonl`: per sentence: index, source, reference, hypothesis;
-- `... .json`: the report: metrics, signatures, decode settings, timing, and with `compare`, the
-  paired bootstrap against the other system (BLEU and chrF; bracket F1 for parsers);
+- `... .json`: the report: metrics, signatures, decode settings, timing (`decode_seconds`,
+  compiling included, and `decoder_steps`, the steps the searches ran: time per step apart from
+  the number of steps), and with `compare`, the paired bootstrap against the other system (BLEU
+  and chrF; bracket F1 for parsers);
 and, for several sets, `summary_step<N>[...].md`, one row per set.
 
 With `ensemble` (`--ensemble=OTHER,...`), the other workdirs' models are scored together with
