@@ -102,7 +102,7 @@ def test_report_of_a_partial_sweep(table3, tmp_path):
   assert "- Runs finished: 10 of 41 (row × seed); rows complete: 4 of 20." in md
   assert "- Command: `python -m experiments.run" not in md  # runs made in-process record none
   assert "by more than 3M in: (C) d_model=1024, d_k=d_v=128 (163.8M vs 168M)" in md
-  # Rows that change only the heads, by per-head width: A h=1 (d_k 512/16) and base (d_k 32/8);
+  # Rows that change only the heads, by per-head width: base (d_model 32 / 8 heads: d_k 4), A h=1 (32);
   # C N=8 and E (another positional table at base's d_k) change something else and are left out.
   widths = md[md.index("## By per-head width"):md.index("## What each row ran")]
   cells = [[c.strip() for c in line.strip("|").split("|")] for line in widths.splitlines()
