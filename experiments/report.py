@@ -258,8 +258,8 @@ def head_width_lines(widths: list[dict]) -> list[str]:
           "per-head key width d_k they ran at (at this scale): whether dev PPL follows the number "
           "of heads or the width of each.", "",
           markdown.table(["d_k", "row", "h", "d_v", "PPL ours", "BLEU ours"],
-                         [[w["d_k"], w["label"], w["h"], w["d_v"], _ours(w, "ppl", 2),
-                           _ours(w, "bleu", 1)] for w in widths])]
+                         [[r["hparams"]["d_k"], r["label"], r["hparams"]["h"], r["hparams"]["d_v"],
+                           _ours(r, "ppl", 2), _ours(r, "bleu", 1)] for r in widths])]
 
 
 def has_paper(rows: list[dict]) -> bool:
@@ -350,7 +350,8 @@ def write_report(sweep, scale_name: str, results_dir: str, planned: dict[str, li
                "changed_from_scale": dict(changes or {}),
                "generated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                "summary": summary_lines(rows), "rows": rows,
-               "by_head_width": verdicts.by_head_width(sweep, rows)}, f, indent=1, ensure_ascii=False)
+               "by_head_width": [{"d_k": r["hparams"]["d_k"], "row": r["row"]}
+                                 for r in verdicts.by_head_width(sweep, rows)]}, f, indent=1, ensure_ascii=False)
   paths = [stem + ".md", stem + ".json"]
   title = f"{sweep.name} at scale '{scale_name}'"
   curves = {r["label"]: [res["dev_ppl_curve"] for res in results.get(r["row"], {}).values()]

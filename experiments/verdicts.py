@@ -203,17 +203,13 @@ HEAD_KEYS = ("model.num_heads", "model.d_k", "model.d_v")
 
 def by_head_width(sweep, rows: list[dict]) -> list[dict]:
   """The rows that change only the attention heads (h, d_k, d_v: Table 3's A and B) and base,
-  ordered by the per-head key width d_k they ran at: [{d_k, row, label, h, d_v, ppl, bleu,
-  complete, planned_seeds}].
-  Empty unless they ran at two d_k or more (rows without results left out)."""
+  ordered by the per-head key width d_k they ran at (then h). Empty unless they ran at two d_k
+  or more (rows without results left out)."""
   picked = [r for r in rows if r["hparams"] and r["ppl"]["n"]
             and set(row_runs.flatten(sweep.rows[r["row"]].overrides)) <= set(HEAD_KEYS)]
   if len({r["hparams"]["d_k"] for r in picked}) < 2:
     return []
-  return [{"d_k": r["hparams"]["d_k"], "row": r["row"], "label": r["label"],
-           "h": r["hparams"]["h"], "d_v": r["hparams"]["d_v"], "ppl": r["ppl"], "bleu": r["bleu"],
-           "complete": r["complete"], "planned_seeds": r["planned_seeds"]}
-          for r in sorted(picked, key=lambda r: (r["hparams"]["d_k"], r["hparams"]["h"]))]
+  return sorted(picked, key=lambda r: (r["hparams"]["d_k"], r["hparams"]["h"]))
 
 
 TWO_THIRDS = 2 / 3

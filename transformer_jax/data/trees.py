@@ -203,17 +203,13 @@ class Records:
   `key` names the files' versions and this module's (keys token caches)."""
 
   def __init__(self, examples: list[Example], key: str):
-    self._examples, self.key = examples, key
-
-  @property
-  def examples(self) -> list[Example]:
-    return self._examples
+    self.examples, self.key = examples, key
 
   def __len__(self) -> int:
-    return len(self._examples)
+    return len(self.examples)
 
   def __getitems__(self, ids) -> list[dict]:
-    return [dataclasses.asdict(self._examples[i]) for i in ids]
+    return [dataclasses.asdict(self.examples[i]) for i in ids]
 
 
 def split_records(folder: str, spec: str, what: str) -> Records:
