@@ -161,6 +161,18 @@ def comparison_lines(rows: list[dict], other_scale: str, other: dict | None, lin
   return lines + ([markdown.table(["row", "PPL", "BLEU"], table)] if table else ["none", ""])
 
 
+def vocab_identities(runs: list[dict]) -> set[str]:
+  """The vocabularies `runs` used: their segmentation fingerprints (tokenizer.vocab_fingerprint),
+  or a file's sha256 where no run with that file recorded one (results written before the
+  fingerprint); files that differ only in how their trainer was run are one vocabulary."""
+  of_file = {r["vocab_sha256"]: r["vocab_fingerprint"] for r in runs if r.get("vocab_fingerprint")}
+
+  def identity(run: dict) -> str:
+    fingerprint = run.get("vocab_fingerprint") or of_file.get(run["vocab_sha256"])
+    return f"fingerprint {fingerprint}" if fingerprint else f"file sha256 {run['vocab_sha256']}"
+  return {identity(r) for r in runs}
+
+
 def report_markdown(sweep, scale_name: str, rows: list[dict], results: dict, reading: str,
                     stem: str, changes: dict | None = None) -> str:
   runs = [res for by_seed in results.values() for res in by_seed.values()]
@@ -170,7 +182,7 @@ def report_markdown(sweep, scale_name: str, rows: list[dict], results: dict, rea
   machines = sorted({f"{r['machine']['cpu']}, {r['machine']['cores']} cores" for r in runs})
   dates = sorted(r["date"] for r in runs)
   config = sorted({r["protocol"]["config"] for r in runs})
-  vocabs = sorted({r["vocab_sha256"] for r in runs})
+  vocabs = sorted(vocab_identities(runs))
   planned = sum(len(r["planned_seeds"]) for r in rows)
   train_h, eval_h = (sum(r[k] for r in rows) / 60 for k in ("train_minutes", "eval_minutes"))
   shared = ["cores " + ",".join(map(str, r["cpu_share"])) for r in runs if r.get("cpu_share")]
@@ -195,7 +207,7 @@ def report_markdown(sweep, scale_name: str, rows: list[dict], results: dict, rea
             + (f" {len(shared)} of them ran beside other runs, each on its own share of the "
                f"cores (`--parallel`; shares: {', '.join(sorted(set(shared)))}): their hours "
                "overlap, so the sum exceeds the elapsed time." if shared else ""),
-            "- Vocabulary: " + (f"one for all runs (sha256 {vocabs[0]}…)" if len(vocabs) == 1 else
+            "- Vocabulary: " + (f"one for all runs ({vocabs[0]}…)" if len(vocabs) == 1 else
                                 f"{len(vocabs)} different ones ({', '.join(vocabs)}): perplexities "
                                 "of runs with different vocabularies do not compare" if vocabs
                                 else "—"), ""]

@@ -20,6 +20,7 @@ import re
 from experiments import row_runs
 from transformer_jax import files, metrics
 from transformer_jax.config import ConfigError
+from transformer_jax.data import tokenizer
 from transformer_jax.overrides import REPO, schema_default
 
 _RESULT_NAME = re.compile(r"^(?P<row>.+)_seed(?P<seed>\d+)\.json$")
@@ -221,9 +222,8 @@ def build_result(res: row_runs.Resolved, seed: int, protocol: dict, workdir: str
   from transformer_jax.params import count_params  # pylint: disable=g-import-not-at-top
   curve = dev_curve(workdir)
   train = metrics.read_rows(workdir, "train")
-  vocab = os.path.join(workdir, "vocab", "spm.model")
-  with open(vocab, "rb") as f:
-    vocab_sha = hashlib.sha256(f.read()).hexdigest()[:16]
+  with open(tokenizer.vocab_path(workdir), "rb") as f:
+    vocab = f.read()
   decode = evaluation.get("decode") or {}
   return {
       "protocol": protocol, "row": res.row_id, "label": res.label, "seed": seed,
@@ -246,6 +246,7 @@ def build_result(res: row_runs.Resolved, seed: int, protocol: dict, workdir: str
       "step_seconds": median_window(train, "step_time"),
       "tokens_per_second": median_window(train, "tokens_per_second"),
       "params": count_params(ModelConfig.from_config(res.config.model)),
-      "vocab_sha256": vocab_sha, "commands": commands, "machine": machine(),
+      "vocab_sha256": hashlib.sha256(vocab).hexdigest()[:16],
+      "vocab_fingerprint": tokenizer.vocab_fingerprint(vocab), "commands": commands, "machine": machine(),
       "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
       "hypotheses": [s["hypothesis"] for s in sentences]}

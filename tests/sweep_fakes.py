@@ -8,6 +8,8 @@ import sys
 import threading
 import time
 
+from sentencepiece import sentencepiece_model_pb2
+
 from experiments import local_runner, run
 from tests.common import REPO, xla_flags
 from transformer_jax import workdir as workdir_lib
@@ -41,10 +43,16 @@ class SweepKilled(BaseException):
   runner's caller would do after the call happens."""
 
 
+# A model file that parses (results record its fingerprint); nothing here segments with it.
+_VOCAB = sentencepiece_model_pb2.ModelProto(
+    pieces=[sentencepiece_model_pb2.ModelProto.SentencePiece(piece="▁satz", score=-1.0)]
+).SerializeToString()
+
+
 def _write_vocab(workdir):
   os.makedirs(os.path.join(workdir, "vocab"), exist_ok=True)
   with open(os.path.join(workdir, "vocab", "spm.model"), "wb") as f:
-    f.write(b"vocabulary")
+    f.write(_VOCAB)
 
 
 class FakeCLI:

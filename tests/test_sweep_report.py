@@ -20,6 +20,18 @@ def table3():
 
 # --- verdicts ---------------------------------------------------------------------------------
 
+def test_runs_with_one_fingerprint_share_a_vocabulary_whatever_their_files():
+  """Files that differ only in their trainer's record are one vocabulary; a result written
+  before the fingerprint takes the one another run recorded for its file, if any."""
+  new = lambda sha, fp: {"vocab_sha256": sha, "vocab_fingerprint": fp}  # noqa: E731
+  old = lambda sha: {"vocab_sha256": sha}  # noqa: E731
+  assert report.vocab_identities([new("a1", "f1"), new("b2", "f1"), old("a1")]) == {"fingerprint f1"}
+  assert report.vocab_identities([new("a1", "f1"), old("c3")]) == {"fingerprint f1",
+                                                                   "file sha256 c3"}
+  assert report.vocab_identities([new("a1", "f1"), new("d4", "f2")]) == {"fingerprint f1",
+                                                                         "fingerprint f2"}
+
+
 def test_verdicts_on_synthetic_results():
   base = [10.0, 10.1, 10.2]                                      # range 0.2
   assert verdicts.verdict("+", [10.5, 10.7], base) == pytest.approx({"delta": 0.5, "noise": 0.2, "verdict": "✓"})
@@ -100,6 +112,7 @@ def test_report_of_a_partial_sweep(table3, tmp_path):
   assert "- Base over seeds 0, 1, 2: dev PPL 10.00 (9.90–10.10, range 0.20)" in md
   assert "D_ls0 seed 1: failed: config key 'model.d_k' boom" in md
   assert "- Runs finished: 10 of 41 (row × seed); rows complete: 4 of 20." in md
+  assert "- Vocabulary: one for all runs (fingerprint " in md
   assert "- Command: `python -m experiments.run" not in md  # runs made in-process record none
   assert "by more than 3M in: (C) d_model=1024, d_k=d_v=128 (163.8M vs 168M)" in md
   # Rows that change only the heads, by per-head width: base (d_model 32 / 8 heads: d_k 4), A h=1 (32);

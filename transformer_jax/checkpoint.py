@@ -11,8 +11,8 @@ Orbax writes each checkpoint to a temporary folder and renames it when complete,
 save never looks finished. A checkpoint that still fails to load (truncated or corrupted
 files) is moved aside to `WORKDIR/checkpoints/corrupt_<step>_<time>` and the previous one is
 used, with the data iterator back where it was before the failed attempt; nothing is deleted.
-Each checkpoint's 'progress' item also holds the SHA-256 of the run's vocabulary, so that a resume
-with another vocabulary is refused (train.py).
+Each checkpoint's 'progress' item also holds the run's vocabulary's fingerprint (and its file's
+SHA-256), so that a resume with another vocabulary is refused (train.py).
 
 `Saver` is a training run's writer: saves are asynchronous, and a save that fails (a full disk,
 a lost mount) in the foreground or in Orbax's background thread stops the run with one line

@@ -193,7 +193,8 @@ def _train(config, workdir, saver, mesh) -> dict:
       logging.warning("%s", line)
       print(f"warning: {line}", file=sys.stderr, flush=True)
 
-  saver.progress = {"vocab_sha256": files.sha256(tokenizer.vocab_path(workdir))}
+  saver.progress = {"vocab_sha256": files.sha256(tokenizer.vocab_path(workdir)),
+                    "vocab_fingerprint": tokenizer.vocab_fingerprint(tok.model_proto)}
   restored = checkpoint.restore_latest(manager, abstract_state, train_iter,
                                        floor=branch.branch_step(workdir))
   state, start_step, spent = restored.state, restored.step, restored.train_seconds
@@ -295,10 +296,12 @@ def _check_resume(restored: checkpoint.Restored, config, workdir: str, saver) ->
   only what the finished steps never saw (branch.check_resume); the accepted changes are
   recorded with the step (checkpoint.record_changes, once the resumed run's first checkpoint
   exists)."""
-  saved_vocab = restored.progress.get("vocab_sha256")  # absent in older checkpoints
-  if saved_vocab and saved_vocab != saver.progress["vocab_sha256"]:
+  # The same vocabulary is one that segments alike (older checkpoints: the same file bytes).
+  key = "vocab_fingerprint" if "vocab_fingerprint" in restored.progress else "vocab_sha256"
+  saved_vocab = restored.progress.get(key)  # neither in the oldest checkpoints
+  if saved_vocab and saved_vocab != saver.progress[key]:
     raise ConfigError(f"{workdir}/vocab is not the vocabulary the checkpoint at step "
-                      f"{restored.step} was trained with (its SHA-256 differs): token ids would "
+                      f"{restored.step} was trained with (its {key} differs): token ids would "
                       "mean other pieces; put the run's own vocab/ back, or train in a new --workdir")
   changes = {}
   if restored.config is not None:

@@ -44,20 +44,23 @@ def ensemble_members(workdir: str, others: Sequence[str], *, average: int = 0,
                      step: int | None = None) -> list[dict]:
   """The models of the `others` workdirs that decode together with WORKDIR's (`--ensemble`):
   each one's newest checkpoint, or the average of its last `average`, as {workdir, step,
-  averaged_checkpoints, model (ModelConfig), params}. Their vocabularies must be WORKDIR's, byte
-  for byte (train the members from one copied vocab/)."""
+  averaged_checkpoints, model (ModelConfig), params}. Their vocabularies must be WORKDIR's, the
+  same pieces in the same order (tokenizer.vocab_fingerprint; train the members from one copied
+  vocab/)."""
   if not others:
     return []
   if step is not None:
     raise ConfigError("--step picks one run's checkpoint; with --ensemble every run uses its "
                       "newest (or the average of its last --average)")
-  mine = tok_lib.vocab_path(workdir)
+  mine = tok_lib.vocab_fingerprint(tok_lib.load_tokenizer(workdir).model_proto)
   members = []
   for other in others:
     other = files_lib.resolve(other)
     theirs = tok_lib.vocab_path(other)
-    if not files_lib.exists(theirs) or files_lib.read_bytes(theirs) != files_lib.read_bytes(mine):
-      raise ConfigError(f"--ensemble={other}: its vocabulary {theirs} is not the one in {mine}; "
+    if (not files_lib.exists(theirs)
+        or tok_lib.vocab_fingerprint(tok_lib.load_tokenizer(other).model_proto) != mine):
+      raise ConfigError(f"--ensemble={other}: its vocabulary {theirs} is not the one in "
+                        f"{tok_lib.vocab_path(workdir)}; "
                         "ensemble members share one vocabulary (copy one run's vocab/ into each "
                         "workdir before training)")
     params, config, other_step, _ = checkpoint_config(other, average=average)

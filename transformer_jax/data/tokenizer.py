@@ -19,6 +19,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import sentencepiece as spm
 from absl import logging
+from sentencepiece import sentencepiece_model_pb2
 
 from transformer_jax import files
 from transformer_jax.config import ConfigError
@@ -27,6 +28,11 @@ from transformer_jax.special_ids import EOS_ID, PAD_ID, UNK_ID
 
 VOCAB_SUBDIR, MODEL_NAME = "vocab", "spm.model"
 _SAMPLING = threading.Lock()  # SentencePiece's sampling seed is one process-wide setting
+# SentencePiece trainer threads. A unigram vocabulary depends on their number (its EM sums
+# expected counts per thread: on Multi30k, 1, 2, 4 and 16 threads train four different piece sets;
+# the same number on 1 or 2 cores trains the same one); a BPE vocabulary does not. Pinned, not the
+# machine's core count, so that every machine trains the same vocabulary from the same settings.
+TRAINER_THREADS = 16
 _TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)")
 
 
@@ -77,6 +83,21 @@ class Tokenizer:
     ids_L = np.asarray(ids, dtype=np.int64).reshape(-1)
     stop = np.flatnonzero((ids_L == EOS_ID) | (ids_L == PAD_ID))
     return self._sp.decode(ids_L[:stop[0]].tolist() if stop.size else ids_L.tolist())
+
+
+def vocab_fingerprint(model_proto: bytes) -> str:
+  """What a vocabulary segments text into, as 16 hex digits of SHA-256: the serialized model with
+  two parts of its trainer's record left out, the thread count and any option spelled at its
+  default value, both of which change the file's bytes (and, for the threads of a unigram
+  vocabulary, its pieces, which this keeps). Files with one fingerprint turn every text into the
+  same ids, so the perplexities of their runs compare, whichever machine trained them."""
+  model = sentencepiece_model_pb2.ModelProto()
+  model.ParseFromString(model_proto)
+  spec = model.trainer_spec
+  for field, value in spec.ListFields():
+    if field.name == "num_threads" or value == field.default_value:
+      spec.ClearField(field.name)
+  return hashlib.sha256(model.SerializeToString(deterministic=True)).hexdigest()[:16]
 
 
 def vocab_path(workdir: str) -> str:
@@ -136,7 +157,7 @@ def train_sentencepiece(sentences: Iterable[str], *, vocab_type: str, vocab_size
         sentence_iterator=iter(sentences), model_writer=model, model_type=vocab_type,
         vocab_size=vocab_size, pad_id=PAD_ID, eos_id=EOS_ID, unk_id=UNK_ID, bos_id=-1,
         character_coverage=1.0, max_sentence_length=1 << 16, input_sentence_size=0,
-        num_threads=os.cpu_count() or 1, minloglevel=2,
+        num_threads=TRAINER_THREADS, minloglevel=2,
         # set only to turn it off: a translation vocabulary's file (and its hash in results)
         # stays byte for byte what it was before the option
         **({} if split_by_script else {"split_by_unicode_script": False}))
