@@ -150,6 +150,8 @@ def test_brackets_match_as_a_multiset_and_scores_are_summed_over_the_corpus():
   assert r["recall"] == pytest.approx(300 / 7, rel=1e-9)
   assert r["f1"] == pytest.approx(2 * 75 * (300 / 7) / (75 + 300 / 7), rel=1e-9)
   assert r["exact_match"] == 0.0
+  # Spans by the brackets over them: gold's NP over NP is one span carrying two.
+  assert r["brackets_per_span"] == {"1": [5, 4], "2": [1, 0]}
 
 
 def test_other_words_are_an_error_sentence_left_out_of_the_counts():

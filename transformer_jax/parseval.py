@@ -11,7 +11,10 @@ The conventions (Sekine & Collins' EVALB, parameter file COLLINS.prm, as parsing
   tree need two in the output;
 - precision = matched / output brackets and recall = matched / gold brackets, each summed over
   the corpus before dividing (corpus level), F1 their harmonic mean; exact match = the share of
-  sentences whose bracket multisets are equal. All in percent.
+  sentences whose bracket multisets are equal. All in percent;
+- `brackets_per_span` {k: [gold, output]}: how many spans carry k scored brackets in each (k > 1:
+  a unary chain of k phrases, or brackets that differ only by punctuation), where an output's
+  over-bracketing shows (not an EVALB number).
 A sentence whose output has other words than the gold tree is an EVALB "error sentence": left
 out of every count and reported as `length_mismatch` (delinearized outputs never are). As
 EVALB's second summary, `le40` holds the same scores over the sentences of at most 40 words
@@ -51,6 +54,8 @@ class Counts:
   exact: int = 0
   sentences: int = 0
   length_mismatch: int = 0
+  gold_stacks: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+  test_stacks: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
   def add(self, other: "Counts") -> None:
     for f in dataclasses.fields(self):
@@ -63,7 +68,17 @@ class Counts:
             "exact_match": 100.0 * self.exact / self.sentences if self.sentences else 0.0,
             "matched_brackets": self.matched, "gold_brackets": self.gold,
             "test_brackets": self.test, "scored_sentences": self.sentences,
-            "length_mismatch": self.length_mismatch}
+            "length_mismatch": self.length_mismatch,
+            "brackets_per_span": {str(k): [self.gold_stacks[k], self.test_stacks[k]]
+                                  for k in sorted(self.gold_stacks | self.test_stacks)}}
+
+
+def _stacks(brackets_: collections.Counter) -> collections.Counter:
+  """{k: the spans carrying k of these brackets}."""
+  spans = collections.Counter()
+  for (_, start, end), n in brackets_.items():
+    spans[(start, end)] += n
+  return collections.Counter(spans.values())
 
 
 def _label(label: str) -> str:
@@ -100,7 +115,7 @@ def sentence_counts(gold: nltk.Tree, test: nltk.Tree) -> Counts:
   deleted = [tag in PUNCTUATION_TAGS for _, tag in gold.pos()]
   g, t = brackets(gold, deleted), brackets(test, deleted)
   matched = sum((g & t).values())
-  return Counts(matched, sum(g.values()), sum(t.values()), int(g == t), 1)
+  return Counts(matched, sum(g.values()), sum(t.values()), int(g == t), 1, 0, _stacks(g), _stacks(t))
 
 
 def score_trees(golds: Sequence[nltk.Tree], tests: Sequence[nltk.Tree]) -> dict:
