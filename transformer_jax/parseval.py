@@ -115,7 +115,8 @@ def sentence_counts(gold: nltk.Tree, test: nltk.Tree) -> Counts:
   deleted = [tag in PUNCTUATION_TAGS for _, tag in gold.pos()]
   g, t = brackets(gold, deleted), brackets(test, deleted)
   matched = sum((g & t).values())
-  return Counts(matched, sum(g.values()), sum(t.values()), int(g == t), 1, 0, _stacks(g), _stacks(t))
+  return Counts(matched, sum(g.values()), sum(t.values()), int(g == t), 1,
+                gold_stacks=_stacks(g), test_stacks=_stacks(t))
 
 
 def score_trees(golds: Sequence[nltk.Tree], tests: Sequence[nltk.Tree]) -> dict:

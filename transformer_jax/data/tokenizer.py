@@ -158,8 +158,8 @@ def train_sentencepiece(sentences: Iterable[str], *, vocab_type: str, vocab_size
         vocab_size=vocab_size, pad_id=PAD_ID, eos_id=EOS_ID, unk_id=UNK_ID, bos_id=-1,
         character_coverage=1.0, max_sentence_length=1 << 16, input_sentence_size=0,
         num_threads=TRAINER_THREADS, minloglevel=2,
-        # set only to turn it off: a translation vocabulary's file (and its hash in results)
-        # stays byte for byte what it was before the option
+        # set only to turn it off, so that a translation vocabulary's file records no more
+        # options than before it existed (vocab_fingerprint ignores a default either way)
         **({} if split_by_script else {"split_by_unicode_script": False}))
   except RuntimeError as e:
     m = _TOO_HIGH.search(str(e))
