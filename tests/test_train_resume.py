@@ -16,6 +16,7 @@ import sys
 import time
 
 import pytest
+from sentencepiece import sentencepiece_model_pb2
 
 from tests.common import REPO, requires_data
 from tests.test_train_reliability import (STEPS, _assert_params_equal, _branch, _cmd, _env,  # noqa: F401
@@ -106,6 +107,13 @@ def test_a_resume_with_another_vocabulary_or_dropout_is_refused_and_more_steps_r
   assert "vocab is not the vocabulary the checkpoint at step 2 was trained with" in last, last
   shutil.rmtree(os.path.join(run, "vocab"))
   shutil.copytree(os.path.join(two_steps, "vocab"), os.path.join(run, "vocab"))
+  # The same pieces in other bytes (another machine's trainer record) are the same vocabulary.
+  model = sentencepiece_model_pb2.ModelProto()
+  with open(os.path.join(run, "vocab", "spm.model"), "rb") as f:
+    model.ParseFromString(f.read())
+  model.trainer_spec.num_threads = 3
+  with open(os.path.join(run, "vocab", "spm.model"), "wb") as f:
+    f.write(model.SerializeToString())
 
   result = _run(run, "--config.train.num_steps=4")  # more steps: a change a resume may make
   out = result.stdout + result.stderr

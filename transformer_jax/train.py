@@ -297,11 +297,13 @@ def _check_resume(restored: checkpoint.Restored, config, workdir: str, saver) ->
   recorded with the step (checkpoint.record_changes, once the resumed run's first checkpoint
   exists)."""
   # The same vocabulary is one that segments alike (older checkpoints: the same file bytes).
-  key = "vocab_fingerprint" if "vocab_fingerprint" in restored.progress else "vocab_sha256"
-  saved_vocab = restored.progress.get(key)  # neither in the oldest checkpoints
-  if saved_vocab and saved_vocab != saver.progress[key]:
+  by_pieces = "vocab_fingerprint" in restored.progress
+  vocab_key = "vocab_fingerprint" if by_pieces else "vocab_sha256"
+  saved_vocab = restored.progress.get(vocab_key)  # neither in the oldest checkpoints
+  if saved_vocab and saved_vocab != saver.progress[vocab_key]:
     raise ConfigError(f"{workdir}/vocab is not the vocabulary the checkpoint at step "
-                      f"{restored.step} was trained with (its {key} differs): token ids would "
+                      f"{restored.step} was trained with (its "
+                      f"{'pieces differ' if by_pieces else 'SHA-256 differs'}): token ids would "
                       "mean other pieces; put the run's own vocab/ back, or train in a new --workdir")
   changes = {}
   if restored.config is not None:
