@@ -51,8 +51,9 @@ def _walk(c, tok, source: str, target: str, limit_extra: int = 300):
   tables = tc.tables(c)
   leaves, count = tc.leaf_pieces(tables, inputs)
   advance = jax.jit(lambda s, p: tc.advance(tables, s, p, leaves, count))
+  words = tc.words_after(tables, leaves, count)
   allowed = jax.jit(lambda s, t: tc.allowed(tables, s, leaves, count, t,
-                                            jnp.asarray([inputs.shape[1] + limit_extra])))
+                                            jnp.asarray([inputs.shape[1] + limit_extra]), words))
   state = tc.init_state(1)
   for t, piece in enumerate(tok.encode(target) + [decode.EOS_ID]):
     if not bool(allowed(state, t)[0, piece]):
@@ -88,12 +89,14 @@ def test_what_the_automaton_forbids():
   assert _walk(c, tok, src, "(S the cat sat . )S )S") is not None                   # nothing to close
   assert _walk(c, tok, src, "(S (FOO the cat )FOO sat . )S") is not None            # not a label
   assert _walk(c, tok, src, "(S (NPX the cat )NP sat . )S") is not None             # half a label
-  deep = " ".join(["(NP"] * LIMITS.parse_max_opens_in_a_row)
-  assert _walk(c, tok, "the", f"{deep} the {')NP ' * LIMITS.parse_max_opens_in_a_row}") is None
-  assert _walk(c, tok, src, f"(S {deep} the") is not None                           # too many opens
+  deep = " ".join(["(NP"] * LIMITS.parse_max_opens_in_a_row)  # (a chain: allowed as one here)
+  unchained = _constraint(tok, unary=LIMITS.parse_max_opens_in_a_row + 1)
+  assert _walk(unchained, tok, "the", f"{deep} the {')NP ' * LIMITS.parse_max_opens_in_a_row}") is None
+  assert _walk(unchained, tok, src, f"(S {deep} the") is not None                   # too many opens
   assert _walk(c, tok, src, "(S the cat sat . ") is not None                        # EOS inside a phrase
-  # Unary chains (phrases each holding just the next) of at most parse_max_unary_chain while
-  # leaves remain; a phrase with two children ends no chain; with no leaves left, closing is allowed.
+  # Unary chains (phrases each holding just the next) of at most parse_max_unary_chain; a phrase
+  # with two children ends no chain. After the last word closing is the only way on, so the
+  # chain a run of first-child phrases will make there is refused when the run is opened.
   k = LIMITS.parse_max_unary_chain
   chain = lambda n, leaf: f"{'(NP ' * n}{leaf} {')NP ' * n}"
   assert _walk(c, tok, src, f"(S {chain(k, 'the')} cat sat . )S") is None
@@ -101,7 +104,12 @@ def test_what_the_automaton_forbids():
   assert _walk(c, tok, src, f"(S {'(NP ' * (k + 1)}the {')NP ' * k}(NP cat )NP )NP sat . )S") is None
   assert _walk(c, tok, src, f"(S (NP {chain(k, 'the')} cat )NP sat . )S") is None
   assert _walk(c, tok, src, f"(S (NP the {chain(k, 'cat')} )NP sat . )S") is None
-  assert _walk(c, tok, src, f"(S the cat sat {chain(k + 2, '.')} )S") is None
+  assert _walk(c, tok, src, f"(S the cat sat {chain(k, '.')} )S") is None
+  assert _walk(c, tok, src, f"(S the cat sat {chain(k + 1, '.')} )S") == (
+      len(tok.encode(f"(S the cat sat {'(NP ' * k}")), tok.id_to_piece(tok.encode("(NP")[0]))
+  # A run of k + 1 first children holding two words can still close: the last word breaks it.
+  assert _walk(c, tok, src, f"(S the cat {'(NP ' * (k + 1)}sat )NP . {')NP ' * k})S") is None
+  assert _walk(c, tok, src, f"(S the cat {'(NP ' * (k + 1)}sat . {')NP ' * (k + 1)})S") is not None
   # The length limit (source pieces + EOS + limit_extra): the flat tree fits exactly, one more
   # phrase does not.
   extra = len(tok.encode("(S )S"))
@@ -124,7 +132,40 @@ def test_the_limits_a_tree_needs_are_the_ones_the_search_counts():
     assert _walk(_constraint(tok, opens=opens, unary=unary - 1), tok, e.words,
                  e.linearized_words) is not None
   assert trees.search_limits("(S (NP (NP the )NP )NP (VP sat )VP )S") == (3, 2)
-  assert trees.search_limits("(S (VP (NP the )NP )VP )S") == (3, 0)  # closes after the last leaf
+  assert trees.search_limits("(S (VP (NP the )NP )VP )S") == (3, 3)  # closes after the last leaf
+
+
+@needs_sample
+@pytest.mark.parametrize("unary", [1, 2])
+def test_random_walks_through_the_automaton_never_end_in_a_dead_end(unary):
+  """Whatever allowed piece is chosen, some piece is allowed next, until EOS: the chain
+  look-ahead never leaves a hypothesis without a legal token (random choices favour opening
+  brackets, which make the long runs of first children it must foresee)."""
+  tok, dev = sample()
+  c = _constraint(tok, unary=unary)
+  tables = tc.tables(c)
+  rng = np.random.default_rng(unary)
+  for e in dev[:12]:
+    inputs = jnp.asarray([tok.encode_with_eos(e.words)], jnp.int32)
+    leaves, count = tc.leaf_pieces(tables, inputs)
+    words = tc.words_after(tables, leaves, count)
+    advance = jax.jit(lambda s, p, leaves=leaves, count=count: tc.advance(tables, s, p, leaves, count))
+    allowed = jax.jit(lambda s, t, leaves=leaves, count=count, words=words: tc.allowed(
+        tables, s, leaves, count, t, jnp.asarray([inputs.shape[1] + 300]), words))
+    state, out = tc.init_state(1), []
+    for t in range(inputs.shape[1] + 300):
+      ok = np.flatnonzero(np.asarray(allowed(state, t)[0]))
+      assert ok.size, (e.words, tok.decode(out))
+      opens = [i for i in ok if i in c.opens]
+      piece = int(rng.choice(opens if opens and rng.random() < 0.6 else ok))
+      if piece == decode.EOS_ID:
+        break
+      out.append(piece)
+      state = advance(state, jnp.asarray([piece]))
+    assert piece == decode.EOS_ID
+    parsed = trees.delinearize(tok.decode(out), e.words, "words")
+    assert not parsed.repaired
+    assert max(trees.search_limits(tok.decode(out))[1], 1) <= unary, tok.decode(out)
 
 
 def _decode(tok, c, sources, *, beam_size):

@@ -153,7 +153,7 @@ def default_config() -> ml_collections.ConfigDict:
   dc.parse_constraint = False     # parsing: the search emits only trees over the source's words
                                   # (tree_constraint.py; a deviation: the paper decodes freely)
   dc.parse_max_opens_in_a_row = 8  # constrained search: opening brackets between two leaves
-  dc.parse_max_unary_chain = 4    # and phrases in a unary chain while words remain; the sample's
+  dc.parse_max_unary_chain = 4    # and phrases in a unary chain (one span); the sample's
                                   # training trees need 6 and 4 (training warns where its trees
                                   # need more: data/trees.py search_limits)
 

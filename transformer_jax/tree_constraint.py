@@ -12,13 +12,19 @@ well-formed linearizations of the source sentence, so nothing needs repair:
   same pieces in the source and in the target, both segmented by one vocabulary), or the pieces
   of `XX` once per source word (`'xx'`);
 - brackets only of the treebank's labels (data/trees.py's PHRASE_LABELS), spelled piece by
-  piece through a trie; an opening bracket only while leaves remain and at most
-  `decode.parse_max_opens_in_a_row` between two leaves, a leaf only inside a phrase, a closing
-  bracket only inside a phrase that has something in it (not right after an opening one) and,
-  while leaves remain, not one that would end a unary chain (phrases each holding just the next)
-  longer than `decode.parse_max_unary_chain` (both limits: what the training trees need,
-  data/trees.py's search_limits, which training checks); EOS only when every leaf is written and
-  every phrase closed;
+  piece through a trie; an opening bracket only while leaves remain, at most
+  `decode.parse_max_opens_in_a_row` between two leaves and at most MAX_DEPTH phrases open; a
+  leaf only inside a phrase; a closing bracket only inside a phrase that has something in it
+  (not right after an opening one) and not one that would end a unary chain (phrases each
+  holding just the next, all over one span) longer than `decode.parse_max_unary_chain` (both
+  limits: what the training trees need, data/trees.py's search_limits, which training checks);
+  EOS only when every leaf is written and every phrase closed;
+- and only while the open phrases can still all close within the chain limit with the words
+  left: after the last word closing is the only way on, so a run of phrases each opened first in
+  its parent needs a word written into it every `parse_max_unary_chain` phrases
+  (`_words_needed`). Without this look-ahead the limit held only while words remained, and a
+  model that had lost its place stacked its chains at the sentence's end
+  (experiments/results/wsj_sample.md);
 - and only while the output can still be finished within its length limit (beam_search.py):
   each remaining leaf piece, each open phrase's closing bracket, and (outside any phrase) one
   more phrase must fit before the final EOS.
@@ -48,8 +54,8 @@ from transformer_jax.special_ids import EOS_ID, PAD_ID
 WORD_START = "▁"  # SentencePiece's whitespace marker
 
 
-MAX_DEPTH = 64          # open phrases whose position among their parent's children is tracked
-                        # (the sample's trees: <= 29; deeper ones share the last slot)
+MAX_DEPTH = 64          # the most phrases open at once (the sample's trees: <= 29), each one's
+                        # position among its parent's children tracked
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +77,7 @@ class TreeConstraint:
   shortest: tuple[int, int]     # the fewest pieces of an opening and of a closing bracket
   xx: tuple[int, ...]
   max_opens_in_a_row: int       # opening brackets between two leaves
-  max_unary_chain: int          # phrases in a unary chain closed while leaves remain
+  max_unary_chain: int          # phrases in a unary chain (over one span)
 
 
 def from_tokenizer(tokenizer, labels, placeholder: str = "", *, max_opens_in_a_row: int,
@@ -159,6 +165,34 @@ def init_state(n: int) -> dict:
           "unary_below": zeros}
 
 
+def words_after(t: Tables, leaves_NxS, num_leaves_N):
+  """[N, S'+1] int32: the words that begin at or after each leaf position (word-start pieces)."""
+  pos_S = jnp.arange(leaves_NxS.shape[1])
+  starts_NxS = t.starts_V[leaves_NxS] & (pos_S[None, :] < num_leaves_N[:, None])
+  after_NxS = jnp.flip(jnp.cumsum(jnp.flip(starts_NxS.astype(jnp.int32), 1), axis=1), 1)
+  return jnp.pad(after_NxS, ((0, 0), (0, 1)))
+
+
+def _words_needed(first_child_NxD, depth_N, chain_N, empty_N, limit: int):
+  """The fewest words still to write so that every open phrase can close with no unary chain
+  longer than `limit`: closing from the innermost phrase outward, the chain grows by one with
+  each phrase that was its parent's first child (and restarts at 0 with one that was not), a
+  phrase may close only while the chain of its last child is below the limit, and a word written
+  into it first restarts that chain. Words go in as late as possible (optimal: the chain only
+  grows); an empty innermost phrase needs one. `chain_N`: the chain of the innermost phrase's
+  last child (the state's `unary_below`)."""
+  def close_one(i, carry):
+    chain, need = carry
+    k = MAX_DEPTH - 1 - i
+    open_ = k < depth_N
+    word = open_ & (chain >= limit)
+    chain = jnp.where(word, 0, chain)
+    chain = jnp.where(open_, jnp.where(first_child_NxD[:, k], chain + 1, 0), chain)
+    return chain, need + word
+  start = (jnp.where(empty_N, 0, chain_N), empty_N.astype(jnp.int32))
+  return jax.lax.fori_loop(0, MAX_DEPTH, close_one, start)[1]
+
+
 def _next_leaf(leaves_NxS, written_N):
   return jnp.take_along_axis(leaves_NxS, jnp.minimum(written_N, leaves_NxS.shape[1] - 1)[:, None],
                              axis=1)[:, 0]
@@ -191,10 +225,29 @@ def advance(t: Tables, state: dict, ids_N, leaves_NxS, num_leaves_N):
                                    jnp.where(is_leaf | is_open, 0, state["unary_below"]))}
 
 
-def allowed(t: Tables, state: dict, leaves_NxS, num_leaves_N, position, limit_N):
-  """[N, V] bool: the pieces each row may emit at `position` (see the module docstring)."""
+def _chain_room(t: Tables, state: dict, words_left_N):
+  """Per row, whether the phrases can still all close within the chain limit (`_words_needed`)
+  after a leaf that begins a word, after an opening bracket and after a closing one."""
+  n_rows = state["depth"].shape[0]
+  rows_N, depth_N, fc_NxD = jnp.arange(n_rows), state["depth"], state["first_child"]
+  opened_fc = fc_NxD.at[rows_N, jnp.minimum(depth_N, MAX_DEPTH - 1)].set(state["just_opened"])
+  closing_first_N = fc_NxD[rows_N, jnp.clip(depth_N - 1, 0, MAX_DEPTH - 1)]
+  zeros_N, false_N = jnp.zeros_like(depth_N), jnp.zeros((n_rows,), bool)
+  need = _words_needed(  # the three successors stacked: [3N]
+      jnp.concatenate([fc_NxD, opened_fc, fc_NxD]),
+      jnp.concatenate([depth_N, depth_N + 1, depth_N - 1]),
+      jnp.concatenate([zeros_N, zeros_N, jnp.where(closing_first_N, state["unary_below"] + 1, 0)]),
+      jnp.concatenate([false_N, ~false_N, false_N]), t.max_unary_chain).reshape(3, n_rows)
+  return need[0] <= words_left_N - 1, need[1] <= words_left_N, need[2] <= words_left_N
+
+
+def allowed(t: Tables, state: dict, leaves_NxS, num_leaves_N, position, limit_N, words_after_NxS):
+  """[N, V] bool: the pieces each row may emit at `position` (see the module docstring);
+  `words_after_NxS`: words_after's table."""
   v = t.starts_V.shape[0]
   n, depth, just_opened, node = (state[k] for k in ("written", "depth", "just_opened", "node"))
+  words_left_N = jnp.take_along_axis(words_after_NxS, n[:, None], axis=1)[:, 0]
+  leaf_room_N, open_room_N, close_room_N = _chain_room(t, state, words_left_N)
   left_N = num_leaves_N - n
   nxt_N = _next_leaf(leaves_NxS, n)
   mid_word_N = (left_N > 0) & ~t.starts_V[nxt_N]  # inside a leaf: only its next piece
@@ -208,16 +261,16 @@ def allowed(t: Tables, state: dict, leaves_NxS, num_leaves_N, position, limit_N)
     return need[..., None] + extra <= room_N[:, None] if jnp.ndim(extra) else need <= room_N
   vocab_V = jnp.arange(v)
   leaf_NxV = (vocab_V[None, :] == nxt_N[:, None]) & ((left_N > 0) & fits(left_N - 1, depth) & (
-      mid_word_N | boundary_N & (depth > 0)))[:, None]
+      mid_word_N | boundary_N & (depth > 0) & leaf_room_N))[:, None]
   child_NxV = trie[node]  # a bracket token's next piece, to the end of a treebank label
   label_NxV = (child_NxV > 0) & (node > 0)[:, None] & fits(left_N, depth, to_end[child_NxV])
   first_V = to_end[trie[0]][None, :]  # a bracket token's first piece, and what it commits to
   open_NxV = t.opens_V[None, :] & fits(left_N, depth + 1, first_V) & (
-      boundary_N & (left_N > 0) & (state["opens_in_a_row"] < t.max_opens_in_a_row))[:, None]
-  # no unary chain past the limit while leaves remain (after them, closing is the only way on)
-  too_long_N = (state["unary_below"] >= t.max_unary_chain) & (left_N > 0)
+      boundary_N & (left_N > 0) & (state["opens_in_a_row"] < t.max_opens_in_a_row)
+      & (depth < MAX_DEPTH) & open_room_N)[:, None]
+  too_long_N = state["unary_below"] >= t.max_unary_chain  # no unary chain past the limit
   close_NxV = t.closes_V[None, :] & fits(left_N, depth - 1, first_V) & (
-      boundary_N & (depth > 0) & ~just_opened & ~too_long_N)[:, None]
+      boundary_N & (depth > 0) & ~just_opened & ~too_long_N & close_room_N)[:, None]
   eos_NxV = (vocab_V == EOS_ID)[None, :] & (boundary_N & (left_N == 0) & (depth == 0))[:, None]
   return leaf_NxV | label_NxV | open_NxV | close_NxV | eos_NxV
 
@@ -227,12 +280,13 @@ def constrained_step_fn(c: TreeConstraint, step_fn: StepFn, inputs_NxS, limit_N)
   start the search with `initial_cache`."""
   t = tables(c)
   leaves_NxS, num_leaves_N = leaf_pieces(t, inputs_NxS)
+  words_after_NxS = words_after(t, leaves_NxS, num_leaves_N)
 
   def wrapped(ids_Nx1, position, cache):
     model_cache, state = cache
     state = advance(t, state["per_beam"], ids_Nx1[:, 0], leaves_NxS, num_leaves_N)
     logits_NxV, model_cache = step_fn(ids_Nx1, position, model_cache)
-    ok_NxV = allowed(t, state, leaves_NxS, num_leaves_N, position, limit_N)
+    ok_NxV = allowed(t, state, leaves_NxS, num_leaves_N, position, limit_N, words_after_NxS)
     return _without(logits_NxV, ok_NxV), (model_cache, {"per_beam": state})
   return wrapped
 

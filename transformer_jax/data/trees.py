@@ -225,11 +225,10 @@ def split_records(folder: str, spec: str, what: str) -> Records:
 
 def search_limits(linearized: str) -> tuple[int, int]:
   """What the constrained search (tree_constraint.py) must allow to write this linearization:
-  (the most opening brackets between two leaves, the longest unary chain closed while leaves
-  remain: phrases each holding just the next, the last holding anything else). Counted as the
-  search counts them, token by token."""
+  (the most opening brackets between two leaves, the longest unary chain: phrases each holding
+  just the next, the last holding anything else). Counted as the search counts them, token by
+  token."""
   tokens = linearized.split()
-  left = sum(not t.startswith(("(", ")")) for t in tokens)
   opens = most_opens = longest = unary_below = 0
   first_child, just_opened = [], False  # per open phrase: its parent's first child
   for t in tokens:
@@ -238,11 +237,10 @@ def search_limits(linearized: str) -> tuple[int, int]:
       opens, unary_below = opens + 1, 0
       most_opens = max(most_opens, opens)
     elif t.startswith(")"):
-      if left:
-        longest = max(longest, unary_below + 1)
+      longest = max(longest, unary_below + 1)
       unary_below = unary_below + 1 if first_child.pop() else 0
     else:
-      left, opens, unary_below = left - 1, 0, 0
+      opens, unary_below = 0, 0
     just_opened = t.startswith("(")
   return most_opens, longest
 
