@@ -8,8 +8,8 @@ and keeps its traceback.
 
 from __future__ import annotations
 
+import os
 import sys
-import warnings
 from typing import Callable
 
 from absl import app, flags, logging
@@ -49,10 +49,13 @@ def run(main: Callable[[list[str]], None], verbosity: int = logging.ERROR) -> No
       print(f"error: {e}", file=sys.stderr)
       sys.exit(2)
     except KeyboardInterrupt:  # Ctrl-C outside training's loop, or a second one inside it
-      # What was interrupted (an Orbax save, say) may leave coroutines never awaited; their
-      # warnings at exit would bury the line. An unfinished save is a temporary folder that
-      # the next run removes.
-      warnings.filterwarnings("ignore", "coroutine .* was never awaited", RuntimeWarning)
       print("error: interrupted (Ctrl-C)", file=sys.stderr)
-      sys.exit(130)
+      # At once, as asked, once the `with` blocks on the way here have closed (the workdir's
+      # lock released, metric files flushed): an interpreter's exit would wait for background
+      # threads, and one of them (an Orbax save in flight) could fail on the closing interpreter
+      # with a traceback under this line (the battery saw it under load). An unfinished save is
+      # a temporary folder that the next run removes.
+      sys.stdout.flush()
+      sys.stderr.flush()
+      os._exit(130)  # pylint: disable=protected-access
   app.run(guarded, flags_parser=parse_flags)
