@@ -17,7 +17,7 @@ the other core busy, then ~9 minutes of beam-21 dev decoding. The sample has no 
 dev split (files wsj_0160-wsj_0179, 273 trees) is fixed here, and training uses wsj_0001-wsj_0159
 (3396 trees); every choice below was made on it (experiments/wsj_parsing.py). The same
 checkpoint evaluated with --config.decode.parse_constraint=True (a search that writes only
-trees, off by default as the paper decodes freely): dev F1 68.5 (P 65.2, R 72.1), none repaired.
+trees, off by default as the paper decodes freely): dev F1 68.5 (P 65.2, R 72.0), none repaired.
 
 The paper's choices: 4 encoder and 4 decoder layers, d_model 1024, a 16K vocabulary, beam 21,
 alpha 0.3, output limit input length + 300, and "all other parameters unchanged from the base
