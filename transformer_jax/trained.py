@@ -11,7 +11,7 @@ import ml_collections
 
 from transformer_jax import attention, averaging, checkpoint, files as files_lib
 from transformer_jax.config import ConfigError, ModelConfig, validate
-from transformer_jax.data import tokenizer as tok_lib
+from transformer_jax.data import DataError, tokenizer as tok_lib
 from transformer_jax.overrides import apply_overrides, parse_overrides
 
 # Config sections an evaluation may override on top of the checkpoint's config.
@@ -57,8 +57,11 @@ def ensemble_members(workdir: str, others: Sequence[str], *, average: int = 0,
   for other in others:
     other = files_lib.resolve(other)
     theirs = tok_lib.vocab_path(other)
-    if (not files_lib.exists(theirs)
-        or tok_lib.vocab_fingerprint(tok_lib.load_tokenizer(other).model_proto) != mine):
+    try:
+      same = tok_lib.vocab_fingerprint(tok_lib.load_tokenizer(other).model_proto) == mine
+    except DataError:  # none there, or not a SentencePiece model
+      same = False
+    if not same:
       raise ConfigError(f"--ensemble={other}: its vocabulary {theirs} is not the one in "
                         f"{tok_lib.vocab_path(workdir)}; "
                         "ensemble members share one vocabulary (copy one run's vocab/ into each "
