@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime
 import glob
-import hashlib
 import json
 import os
 import platform
@@ -222,8 +221,7 @@ def build_result(res: row_runs.Resolved, seed: int, protocol: dict, workdir: str
   from transformer_jax.params import count_params  # pylint: disable=g-import-not-at-top
   curve = dev_curve(workdir)
   train = metrics.read_rows(workdir, "train")
-  with open(tokenizer.vocab_path(workdir), "rb") as f:
-    vocab = f.read()
+  vocab = tokenizer.load_tokenizer(workdir)
   decode = evaluation.get("decode") or {}
   return {
       "protocol": protocol, "row": res.row_id, "label": res.label, "seed": seed,
@@ -246,7 +244,7 @@ def build_result(res: row_runs.Resolved, seed: int, protocol: dict, workdir: str
       "step_seconds": median_window(train, "step_time"),
       "tokens_per_second": median_window(train, "tokens_per_second"),
       "params": count_params(ModelConfig.from_config(res.config.model)),
-      "vocab_sha256": hashlib.sha256(vocab).hexdigest()[:16],
-      "vocab_fingerprint": tokenizer.vocab_fingerprint(vocab), "commands": commands, "machine": machine(),
+      "vocab_sha256": vocab.sha, "vocab_fingerprint": vocab.fingerprint, "commands": commands,
+      "machine": machine(),
       "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
       "hypotheses": [s["hypothesis"] for s in sentences]}

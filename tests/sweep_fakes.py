@@ -1,6 +1,7 @@
 """Shared by the sweep tests: the experiments.run CLI in a subprocess, and a fake of the training
 and evaluation CLIs that the runner drives (its workdir and result-file contracts, in seconds)."""
 
+import functools
 import json
 import os
 import subprocess
@@ -8,11 +9,10 @@ import sys
 import threading
 import time
 
-from sentencepiece import sentencepiece_model_pb2
-
 from experiments import local_runner, run
 from tests.common import REPO, xla_flags
 from transformer_jax import workdir as workdir_lib
+from transformer_jax.data import tokenizer
 
 TABLE3 = "experiments/table3.py"
 
@@ -43,16 +43,17 @@ class SweepKilled(BaseException):
   runner's caller would do after the call happens."""
 
 
-# A model file that parses (results record its fingerprint); nothing here segments with it.
-_VOCAB = sentencepiece_model_pb2.ModelProto(
-    pieces=[sentencepiece_model_pb2.ModelProto.SentencePiece(piece="▁satz", score=-1.0)]
-).SerializeToString()
+@functools.lru_cache(maxsize=None)
+def _vocab() -> bytes:
+  """A real (tiny) SentencePiece model: results record its sha256 and fingerprint."""
+  return tokenizer.train_sentencepiece([f"ein kleiner satz nummer {i}" for i in range(50)],
+                                       vocab_type="bpe", vocab_size=30)
 
 
 def _write_vocab(workdir):
   os.makedirs(os.path.join(workdir, "vocab"), exist_ok=True)
   with open(os.path.join(workdir, "vocab", "spm.model"), "wb") as f:
-    f.write(_VOCAB)
+    f.write(_vocab())
 
 
 class FakeCLI:

@@ -194,7 +194,7 @@ def _train(config, workdir, saver, mesh) -> dict:
       print(f"warning: {line}", file=sys.stderr, flush=True)
 
   saver.progress = {"vocab_sha256": files.sha256(tokenizer.vocab_path(workdir)),
-                    "vocab_fingerprint": tokenizer.vocab_fingerprint(tok.model_proto)}
+                    "vocab_fingerprint": tok.fingerprint}
   restored = checkpoint.restore_latest(manager, abstract_state, train_iter,
                                        floor=branch.branch_step(workdir))
   state, start_step, spent = restored.state, restored.step, restored.train_seconds

@@ -52,13 +52,13 @@ def ensemble_members(workdir: str, others: Sequence[str], *, average: int = 0,
   if step is not None:
     raise ConfigError("--step picks one run's checkpoint; with --ensemble every run uses its "
                       "newest (or the average of its last --average)")
-  mine = tok_lib.vocab_fingerprint(tok_lib.load_tokenizer(workdir).model_proto)
+  mine = tok_lib.load_tokenizer(workdir).fingerprint
   members = []
   for other in others:
     other = files_lib.resolve(other)
     theirs = tok_lib.vocab_path(other)
     try:
-      same = tok_lib.vocab_fingerprint(tok_lib.load_tokenizer(other).model_proto) == mine
+      same = tok_lib.load_tokenizer(other).fingerprint == mine
     except DataError:  # none there, or not a SentencePiece model
       same = False
     if not same:

@@ -9,6 +9,7 @@ bos (the decoder's start symbol is the pad id).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import os
@@ -49,6 +50,11 @@ class Tokenizer:
     if got != (PAD_ID, EOS_ID, UNK_ID, -1):
       raise DataError(f"SentencePiece model has special ids (pad, eos, unk, bos)={got}; "
                       f"expected {(PAD_ID, EOS_ID, UNK_ID, -1)}")
+
+  @functools.cached_property
+  def fingerprint(self) -> str:
+    """What this vocabulary segments text into (vocab_fingerprint)."""
+    return vocab_fingerprint(self.model_proto)
 
   @property
   def vocab_size(self) -> int:
