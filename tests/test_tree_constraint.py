@@ -44,22 +44,52 @@ def _constraint(tok, placeholder: str = "", opens: int = LIMITS.parse_max_opens_
                            max_unary_chain=unary)
 
 
-def _walk(c, tok, source: str, target: str, limit_extra: int = 300):
-  """Feeds a target's pieces (then EOS) through the automaton: the first piece it forbids, or
-  None when every one (EOS included) was allowed."""
-  inputs = jnp.asarray([tok.encode_with_eos(source)], jnp.int32)
+@functools.lru_cache(maxsize=None)
+def _walker(c):
+  """A jitted walk through `c`'s automaton: (inputs [N, S], target pieces [N, T], length limits
+  [N]) -> [T, N] whether each piece was allowed where it came, the rows stepping together
+  (PAD, fed after a row's end, changes nothing)."""
   tables = tc.tables(c)
-  leaves, count = tc.leaf_pieces(tables, inputs)
-  advance = jax.jit(lambda s, p: tc.advance(tables, s, p, leaves, count))
-  words = tc.words_after(tables, leaves, count)
-  allowed = jax.jit(lambda s, t: tc.allowed(tables, s, leaves, count, t,
-                                            jnp.asarray([inputs.shape[1] + limit_extra]), words))
-  state = tc.init_state(1)
-  for t, piece in enumerate(tok.encode(target) + [decode.EOS_ID]):
-    if not bool(allowed(state, t)[0, piece]):
-      return t, tok.id_to_piece(piece)
-    state = advance(state, jnp.asarray([piece]))
-  return None
+
+  @jax.jit
+  def run(inputs_NxS, pieces_NxT, limit_N):
+    leaves, count = tc.leaf_pieces(tables, inputs_NxS)
+    words = tc.words_after(tables, leaves, count)
+    rows_N = jnp.arange(inputs_NxS.shape[0])
+
+    def step(state, position_and_pieces):
+      position, pieces_N = position_and_pieces
+      ok_N = tc.allowed(tables, state, leaves, count, position, limit_N, words)[rows_N, pieces_N]
+      return tc.advance(tables, state, pieces_N, leaves, count), ok_N
+    positions = jnp.arange(pieces_NxT.shape[1])
+    return jax.lax.scan(step, tc.init_state(inputs_NxS.shape[0]), (positions, pieces_NxT.T))[1]
+  return run
+
+
+def _walks(c, tok, pairs, limit_extra: int = 300):
+  """Feeds each (source, target)'s target pieces (then EOS) through the automaton, all pairs as
+  one batch: per pair the first (position, piece) it forbids, or None when every one (EOS
+  included) was allowed. Lengths are padded to multiples of 64, so that most walks through one
+  automaton share one compilation."""
+  sources = [tok.encode_with_eos(s) for s, _ in pairs]
+  targets = [tok.encode(t) + [decode.EOS_ID] for _, t in pairs]
+
+  def pad(rows):
+    width = -(-max(map(len, rows)) // 64) * 64
+    return jnp.asarray([r + [decode.PAD_ID] * (width - len(r)) for r in rows], jnp.int32)
+  limit_N = jnp.asarray([len(s) + limit_extra for s in sources])  # each source's own limit
+  ok_TxN = np.asarray(_walker(c)(pad(sources), pad(targets), limit_N))
+  firsts = []
+  for n, target in enumerate(targets):
+    forbidden = np.flatnonzero(~ok_TxN[:len(target), n])
+    firsts.append((int(forbidden[0]), tok.id_to_piece(target[forbidden[0]])) if forbidden.size
+                  else None)
+  return firsts
+
+
+def _walk(c, tok, source: str, target: str, limit_extra: int = 300):
+  """_walks for one pair."""
+  return _walks(c, tok, [(source, target)], limit_extra)[0]
 
 
 @needs_sample
@@ -71,9 +101,9 @@ def test_every_gold_tree_is_allowed(leaves):
   several = [t for t in {x for e in dev for x in e.linearized.split() if x[0] in "()"}
              if len(tok.encode(t)) > 1]
   assert several  # labels of more than one piece are exercised too
-  for e in dev:
-    target = e.linearized_words if leaves == "words" else e.linearized
-    assert _walk(c, tok, e.words, target) is None, (target, _walk(c, tok, e.words, target))
+  targets = [e.linearized_words if leaves == "words" else e.linearized for e in dev]
+  firsts = _walks(c, tok, [(e.words, t) for e, t in zip(dev, targets)])
+  assert firsts == [None] * len(dev), [(t, f) for t, f in zip(targets, firsts) if f]
 
 
 @needs_sample
@@ -124,13 +154,16 @@ def test_the_limits_a_tree_needs_are_the_ones_the_search_counts():
   tok, dev = sample()
   needed = {trees.search_limits(e.linearized) for e in dev}
   assert {o for o, _ in needed} >= {2, 3, 4} and {u for _, u in needed} >= {1, 2, 3}
+  cases = {}  # the automaton's (opens, unary) limits -> [(tree, whether it may pass)]
   for opens, unary in sorted(needed):
     e = next(e for e in dev if trees.search_limits(e.linearized) == (opens, unary))
-    assert _walk(_constraint(tok, opens=opens, unary=unary), tok, e.words, e.linearized_words) is None
-    assert _walk(_constraint(tok, opens=opens - 1, unary=unary), tok, e.words,
-                 e.linearized_words) is not None
-    assert _walk(_constraint(tok, opens=opens, unary=unary - 1), tok, e.words,
-                 e.linearized_words) is not None
+    cases.setdefault((opens, unary), []).append((e, True))
+    cases.setdefault((opens - 1, unary), []).append((e, False))
+    cases.setdefault((opens, unary - 1), []).append((e, False))
+  for (opens, unary), trees_ in cases.items():
+    firsts = _walks(_constraint(tok, opens=opens, unary=unary), tok,
+                    [(e.words, e.linearized_words) for e, _ in trees_])
+    assert [f is None for f in firsts] == [ok for _, ok in trees_], ((opens, unary), firsts)
   assert trees.search_limits("(S (NP (NP the )NP )NP (VP sat )VP )S") == (3, 2)
   assert trees.search_limits("(S (VP (NP the )NP )VP )S") == (3, 3)  # closes after the last leaf
 
