@@ -51,8 +51,7 @@ from transformer_jax import workdir as workdir_lib
 from transformer_jax.config import ConfigError, ModelConfig
 from transformer_jax.data import pipeline, sources as sources_lib, tokenizer as tok_lib
 from transformer_jax.files import read_lines
-from transformer_jax.trained import (EVAL_OVERRIDABLE, checkpoint_config,  # noqa: F401 (re-exported)
-                                     ensemble_members)
+from transformer_jax.trained import checkpoint_config, ensemble_members
 from transformer_jax.translate import Translator
 
 
