@@ -217,8 +217,8 @@ def _decode_report(params, devices) -> dict:
   with sharding.mesh_context(mesh, sharding.INFERENCE_RULES):
     out = fn(jax.device_put(params, params_sh), inputs)
   # What evaluation runs: decode.translate_batch split over the mesh's data axes.
-  best = decode.translate_batch(ModelConfig.from_config(config.model), jax.device_put(params, params_sh),
-                                np.asarray(inputs), beam_size=2, alpha=0.6, max_extra_len=5, mesh=mesh)
+  best, _ = decode.translate_batch(ModelConfig.from_config(config.model), jax.device_put(params, params_sh),
+                                   np.asarray(inputs), beam_size=2, alpha=0.6, max_extra_len=5, mesh=mesh)
   return {"same_tokens": bool(np.array_equal(np.asarray(out[0]), np.asarray(ref[0]))),
           "translate_batch_same": bool(np.array_equal(np.asarray(best), np.asarray(ref[0])[:, 0])),
           "max_score_diff": float(np.max(np.abs(np.asarray(out[1]) - np.asarray(ref[1])))),

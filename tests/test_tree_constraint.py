@@ -209,8 +209,8 @@ def _decode(tok, c, sources, *, beam_size):
   inputs = np.zeros((len(ids), max(map(len, ids))), np.int32)
   for i, x in enumerate(ids):
     inputs[i, :len(x)] = x
-  out = decode.translate_batch(cfg, params, inputs, beam_size=beam_size, alpha=0.3,
-                               max_extra_len=60, constraint=c)
+  out, _ = decode.translate_batch(cfg, params, inputs, beam_size=beam_size, alpha=0.3,
+                                  max_extra_len=60, constraint=c)
   return [tok.decode(x) for x in decode.strip_eos(out)]
 
 

@@ -166,10 +166,10 @@ def sharded_beam_decode(model_cfg: Models, beam_size: int, alpha: float, max_ext
 
 def translate_batch(model_cfg: Models, params, inputs_BxS, *, beam_size: int = 4,
                     alpha: float = 0.6, max_extra_len: int = 50, mesh=None,
-                    constraint: Constraint = None, with_steps: bool = False):
-  """The best beam-search hypothesis per sentence: int32 [B, L], EOS-terminated, zero padded
-  (tuples of configs and parameters: an ensemble, as beam_decode); `with_steps`: (that, the
-  decoder steps the search ran). With a mesh, the B rows (a multiple of its data-parallel size,
+                    constraint: Constraint = None):
+  """(The best beam-search hypothesis per sentence: int32 [B, L], EOS-terminated, zero padded;
+  the decoder steps the search ran). Tuples of configs and parameters: an ensemble, as
+  beam_decode. With a mesh, the B rows (a multiple of its data-parallel size,
   the same on every process) are decoded split over it."""
   if mesh is None:
     fn = jitted_beam_decode(model_cfg, beam_size, float(alpha), max_extra_len,
@@ -179,7 +179,7 @@ def translate_batch(model_cfg: Models, params, inputs_BxS, *, beam_size: int = 4
     fn = sharded_beam_decode(model_cfg, beam_size, float(alpha), max_extra_len, mesh, constraint)
   result = fn(params, inputs_BxS)
   best_BxL = result.seqs_BxKxL[:, 0, :]
-  return (best_BxL, result.num_steps) if with_steps else best_BxL
+  return best_BxL, result.num_steps
 
 
 def strip_eos(ids_BxL) -> list[list[int]]:
