@@ -363,3 +363,22 @@ def test_the_parsing_pilot_sweep_resolves():
   assert runs["base"].train.learning_rate_scale == 0.7 and runs["base"].model.dropout_rate == 0.1
   assert not runs["words"].decode.parse_constraint and runs["words_constrained"].decode.parse_constraint
   assert runs["words_constrained"].data.parse_leaves == "words"
+
+
+def test_the_head_width_sweep_crosses_head_count_with_head_width(table3):
+  """experiments/head_width.py: h in {1, 8} x d_k = d_v in {8, 64} at cpu_long's protocol, two
+  seeds a row; its base and h1_dk64 are table3's base and A h=1 at cpu_long, to the config key."""
+  sweep = sweeps.load_sweep(os.path.join(REPO, "experiments", "head_width.py"))
+  assert list(sweep.scales) == ["cpu_long"]
+  runs = {r: row_runs.resolve(sweep, r, "cpu_long") for r in sweeps.row_ids(sweep)}
+  heads = {r: (v.config.model.num_heads, v.config.model.d_k, v.config.model.d_v)
+           for r, v in runs.items()}
+  assert heads == {"base": (8, 8, 8), "h1_dk64": (1, 64, 64), "h1_dk8": (1, 8, 8),
+                   "h8_dk64": (8, 64, 64)}
+  for r in runs:
+    assert row_runs.seeds_of(sweep, "cpu_long", r) == [0, 1]
+    assert runs[r].config.train.num_steps == 6000 and runs[r].two_thirds_step == 4000
+  for mine, theirs in (("base", "base"), ("h1_dk64", "A_h1")):
+    t3 = row_runs.resolve(table3, theirs, "cpu_long")
+    assert runs[mine].config.to_dict() == t3.config.to_dict()
+    assert runs[mine].overrides == t3.overrides
