@@ -14,7 +14,8 @@ The protocol is `cpu_long`'s own (configs/table3_cpu.py, pre-LN, 6000 steps, dev
 every 500, BLEU on all 1014 dev sentences, two-thirds checkpoints), pinned here as in
 experiments/table3.py. Every row runs seeds 0 and 1, base too: base and h1_dk64 (= Table 3's A
 h=1) repeat `table3_cpu_long`'s runs of the same seeds, so they double as a check that a run
-regenerates. Expected: ~7 hours with `--parallel=2` on a 2-core AMD EPYC.
+regenerates. Expected: ~4 hours with `--parallel=2` on a 2-core AMD EPYC (an estimate from
+Table 3's step times; h8_dk64, ~3x base's parameters, is the slowest).
 """
 
 from experiments import sweeps
