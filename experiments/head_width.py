@@ -18,6 +18,8 @@ regenerates. Expected: ~4 hours with `--parallel=2` on a 2-core AMD EPYC (an est
 Table 3's step times; h8_dk64, ~3x base's parameters, is the slowest).
 """
 
+import ml_collections
+
 from experiments import sweeps
 
 
@@ -26,12 +28,8 @@ def get_config(arg: str = ""):
   c = sweeps.new_sweep(
       "head_width", "Head count against head width at Table 3's cpu_long protocol (dev split)",
       reference={})
-  c.scales.cpu_long.base_seeds = [0, 1]
-  c.scales.cpu_long.row_seeds = {}
-  c.scales.cpu_long.compare_with = ""
-  for name in list(c.scales):
-    if name != "cpu_long":
-      del c.scales[name]
+  c.scales = ml_collections.ConfigDict()
+  c.scales.cpu_long = sweeps.cpu_long_scale(base_seeds=(0, 1), row_seeds={}, compare_with="")
   row = lambda *a, **k: sweeps.add_row(c, *a, **k)  # noqa: E731
   row("base", label="h=8, d_k=d_v=64 (base: eight heads 8 wide at this scale)", group="base")
   row("h1_dk64", label="h=1, d_k=d_v=512 (Table 3's A h=1: one head 64 wide)", group="h=1",

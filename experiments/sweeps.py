@@ -117,6 +117,19 @@ CPU_LONG = dict(num_steps=6000, dev_evaluations=12, bleu_sentences=0, paper_step
                            "rate of the post-LN pilot, experiments/results/table3_postln_pilot.md), ")
 
 
+# What every CPU-scale run sets besides its protocol: no time limit, logging, checkpoints for
+# resumption, no BLEU during training, no progress bar.
+CPU_RUN = {"train.max_train_minutes": 0.0, "train.log_every_steps": 20,
+           "train.checkpoint_every_minutes": 5.0, "train.keep_checkpoints": 2,
+           "train.eval_bleu_sentences": 0, "train.progress_bar": False}
+
+
+def cpu_long_scale(**changes: Any) -> ml_collections.ConfigDict:
+  """The `cpu_long` scale, with `changes` to its CPU_LONG settings (seeds, compare_with): for
+  another sweep at the same protocol (experiments/head_width.py)."""
+  return _cpu_scale(CPU_RUN, **dict(CPU_LONG, **changes))
+
+
 def _cpu_scale(short: dict[str, Any], variant: str = "", what: str = "",
                **settings: Any) -> ml_collections.ConfigDict:
   p = dict(CPU, **settings)
@@ -166,11 +179,9 @@ def standard_scales() -> ml_collections.ConfigDict:
   # Multi30k (29k pairs) on a small machine: widths x1/8 (`CPU`) or x1/2 (small), h and N as in
   # the paper, the same fixed number of steps for every row (big included: a fixed step count is
   # the fairer ablation), one checkpoint at the end (and every 5 minutes, for resumption).
-  short = {"train.max_train_minutes": 0.0, "train.log_every_steps": 20,
-           "train.checkpoint_every_minutes": 5.0, "train.keep_checkpoints": 2,
-           "train.eval_bleu_sentences": 0, "train.progress_bar": False}
+  short = CPU_RUN
   s.cpu = _cpu_scale(short)
-  s.cpu_long = _cpu_scale(short, **CPU_LONG)
+  s.cpu_long = cpu_long_scale()
   for name, what in POSTLN_PILOTS.items():
     s[name] = _cpu_scale(short, name, what, seeds=(0,), base_seeds=(0,))
   s.small = scale(
