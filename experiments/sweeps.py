@@ -127,10 +127,10 @@ CPU_RUN = {"train.max_train_minutes": 0.0, "train.log_every_steps": 20,
 def cpu_long_scale(**changes: Any) -> ml_collections.ConfigDict:
   """The `cpu_long` scale, with `changes` to its CPU_LONG settings (seeds, compare_with): for
   another sweep at the same protocol (experiments/head_width.py)."""
-  return _cpu_scale(CPU_RUN, **dict(CPU_LONG, **changes))
+  return _cpu_scale(**dict(CPU_LONG, **changes))
 
 
-def _cpu_scale(short: dict[str, Any], variant: str = "", what: str = "",
+def _cpu_scale(variant: str = "", what: str = "",
                **settings: Any) -> ml_collections.ConfigDict:
   p = dict(CPU, **settings)
   ratio = p.get("paper_step_ratio", False)
@@ -147,9 +147,9 @@ def _cpu_scale(short: dict[str, Any], variant: str = "", what: str = "",
       bleu_sentences=p["bleu_sentences"], seeds=p["seeds"], base_seeds=p["base_seeds"],
       paper_step_ratio=ratio, row_seeds=p.get("row_seeds"), compare_with=p.get("compare_with", ""),
       bleu_two_thirds=bool(two_thirds),
-      overrides=dict(short, **{"train.eval_every_steps": every, "train.max_eval_batches": 0,
-                               "train.checkpoint_every_steps": two_thirds or p["num_steps"],
-                               **({"train.keep_every_steps": two_thirds} if two_thirds else {})}),
+      overrides=dict(CPU_RUN, **{"train.eval_every_steps": every, "train.max_eval_batches": 0,
+                                 "train.checkpoint_every_steps": two_thirds or p["num_steps"],
+                                 **({"train.keep_every_steps": two_thirds} if two_thirds else {})}),
       description=(
           f"Multi30k en-de on a 2-core CPU ({spec}): every row's widths x{p['dim_factor']:g} "
           f"(base: d_model {d_model}, d_ff {4 * d_model}, h=8, d_k=d_v={d_model // 8}, N=6), h "
@@ -179,16 +179,15 @@ def standard_scales() -> ml_collections.ConfigDict:
   # Multi30k (29k pairs) on a small machine: widths x1/8 (`CPU`) or x1/2 (small), h and N as in
   # the paper, the same fixed number of steps for every row (big included: a fixed step count is
   # the fairer ablation), one checkpoint at the end (and every 5 minutes, for resumption).
-  short = CPU_RUN
-  s.cpu = _cpu_scale(short)
+  s.cpu = _cpu_scale()
   s.cpu_long = cpu_long_scale()
   for name, what in POSTLN_PILOTS.items():
-    s[name] = _cpu_scale(short, name, what, seeds=(0,), base_seeds=(0,))
+    s[name] = _cpu_scale(name, what, seeds=(0,), base_seeds=(0,))
   s.small = scale(
       "configs/multi30k.py", dim_factor=0.5, num_steps=2000, bleu_sentences=0,
-      overrides=dict(short, **{"train.warmup_steps": 400, "train.learning_rate_scale": 0.3,
-                               "train.eval_every_steps": 2000,
-                               "train.checkpoint_every_steps": 2000}),
+      overrides=dict(CPU_RUN, **{"train.warmup_steps": 400, "train.learning_rate_scale": 0.3,
+                                 "train.eval_every_steps": 2000,
+                                 "train.checkpoint_every_steps": 2000}),
       description="Multi30k en-de on one GPU or a long CPU run: d_model 256, d_ff 1024, "
                   "d_k=d_v=32 for base (widths x1/2), 2000 steps of ~4096+4096 tokens for every "
                   "row, warmup 400, lrate scale 0.3 (base peak 9.4e-4), BLEU on the whole dev "
