@@ -193,7 +193,7 @@ def _train(config, workdir, saver, mesh) -> dict:
       logging.warning("%s", line)
       print(f"warning: {line}", file=sys.stderr, flush=True)
 
-  saver.progress = {"vocab_sha256": files.sha256(tokenizer.vocab_path(workdir)),
+  saver.progress = {"vocab_sha256": tok.sha256,  # the bytes written to WORKDIR/vocab
                     "vocab_fingerprint": tok.fingerprint}
   restored = checkpoint.restore_latest(manager, abstract_state, train_iter,
                                        floor=branch.branch_step(workdir))

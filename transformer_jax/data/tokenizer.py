@@ -45,7 +45,8 @@ class Tokenizer:
   def __init__(self, model_proto: bytes):
     self._sp = spm.SentencePieceProcessor(model_proto=model_proto)
     self.model_proto = model_proto
-    self.sha = hashlib.sha256(model_proto).hexdigest()[:16]  # keys token caches
+    self.sha256 = hashlib.sha256(model_proto).hexdigest()  # the model file's (checkpoints)
+    self.sha = self.sha256[:16]  # keys token caches
     got = (self._sp.pad_id(), self._sp.eos_id(), self._sp.unk_id(), self._sp.bos_id())
     if got != (PAD_ID, EOS_ID, UNK_ID, -1):
       raise DataError(f"SentencePiece model has special ids (pad, eos, unk, bos)={got}; "
