@@ -46,6 +46,7 @@ import shlex
 import shutil
 import signal
 import sys
+import threading
 import time
 from concurrent import futures
 
@@ -243,6 +244,12 @@ def run_sweep(runs: list[tuple[row_runs.Resolved, int]], out: str, results_dir: 
   recorded, the rest go on."""
   os.makedirs(results_dir, exist_ok=True)
   start = time.time()
+  lock, log_line = threading.Lock(), log
+
+  def log(line):  # the parallel runs' lines whole, one at a time (print writes the newline apart)
+    with lock:
+      log_line(line)
+
   host = cpu_shares(parallel) if parallel > 1 else [None]  # None: every core
   todo = [i for i, (res, seed) in enumerate(runs)
           if not os.path.exists(_result_path(results_dir, res.row_id, seed))]

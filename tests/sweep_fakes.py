@@ -169,8 +169,8 @@ def run_fake(table3, out, results, rows, fake, scale="tiny", seeds=(0, 1), base_
          overrides=None, **kw):
   runs, protocols = run.plan(table3, scale, rows, overrides or {}, "", -1, list(seeds),
                              list(base_seeds), str(results))
-  return run.run_sweep(runs, str(out), str(results), protocols, runner=fake, log=lambda *_: None,
-                       **kw)
+  kw.setdefault("log", lambda *_: None)
+  return run.run_sweep(runs, str(out), str(results), protocols, runner=fake, **kw)
 
 
 def file_snapshot(folder):

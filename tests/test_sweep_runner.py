@@ -7,6 +7,7 @@ import os
 import shutil
 import sys
 import threading
+import time
 
 import pytest
 
@@ -115,7 +116,16 @@ def test_parallel_runs_each_on_its_own_cores(table3, tmp_path):
   run_fake(table3, tmp_path / "serial", tmp_path / "serial_results", rows, serial)
   fake = FakeCLI(train_seconds=0.3)
   out, results = tmp_path / "sweep", tmp_path / "results"
-  states = run_fake(table3, out, results, rows, fake, parallel=2)
+  inside, lines = [], []
+
+  def slow_log(line):  # print: the text, then the newline; two threads must not interleave them
+    inside.append(line)
+    time.sleep(0.01)
+    lines.append((len(inside), line))
+    inside.pop()
+
+  states = run_fake(table3, out, results, rows, fake, parallel=2, log=slow_log)
+  assert lines and all(n == 1 for n, _ in lines), [l for n, l in lines if n > 1]
   assert [(s["row"], s["seed"], s["status"]) for s in states] == [
       (r, s, "done") for r, s in [("base", 0), ("base", 1), ("base", 2), ("A_h1", 0), ("A_h1", 1),
                                   ("C_N8", 0), ("C_N8", 1)]]
