@@ -215,6 +215,9 @@ def test_every_row_is_validated_before_anything_runs(tmp_path):
       "error: row 'wide' at scale 'cpu': unknown config key 'model.n_heads' (did you mean "
       "'num_heads'?)")
   assert not out.exists()
+  assert one_line_error(sweep_cli("--sweep=experiments/head_width.py", "--params")) == (
+      "error: the sweep 'head_width' has no 'paper' scale to count its rows at (its scales: "
+      "cpu_long)")
   spec = _write_sweep(tmp_path, "  sweeps.add_row(c, 'tiny_dk', overrides={'model.d_k': 2})\n")
   f = sweeps.CPU["dim_factor"]
   with pytest.raises(ConfigError, match=rf"row 'tiny_dk' at scale 'cpu': model.d_k=2 x {f:g} = "
