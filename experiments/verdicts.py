@@ -26,7 +26,7 @@ import numpy as np
 from scipy import optimize
 
 from experiments import row_runs, sweeps
-from transformer_jax.config import ConfigError
+from transformer_jax.config import ConfigError, ModelConfig
 
 PPL_CLEAR = 0.2    # |ΔPPL| of the paper at or above which a row's direction is clear
 BLEU_CLEAR = 0.3   # the same for ΔBLEU
@@ -115,11 +115,10 @@ def paper_params(spec: str) -> dict[str, int]:
 
 def paper_params_table(sweep) -> list[dict]:
   """Exact parameter counts of the rows at the paper's scale (vocab 37000), beside the paper's."""
-  from transformer_jax.config import ModelConfig  # pylint: disable=g-import-not-at-top
-  from transformer_jax.params import count_params  # pylint: disable=g-import-not-at-top
   if "paper" not in sweep.scales:
     raise ConfigError(f"the sweep '{sweep.name}' has no 'paper' scale to count its rows at (its "
                       f"scales: {', '.join(sweep.scales.keys())})")
+  from transformer_jax.params import count_params  # pylint: disable=g-import-not-at-top
   table = []
   for r in sweeps.row_ids(sweep):
     res = row_runs.resolve(sweep, r, "paper")
