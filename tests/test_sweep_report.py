@@ -311,3 +311,29 @@ def test_a_sweep_the_paper_does_not_report_is_compared_with_base(tmp_path):
   cells = dict(zip(table_row(table, "row"), table_row(table, "lrate scale 1.0 (peak 3.6e-3; base 2.5e-3)")))
   assert (cells["ΔPPL vs base"], cells["ΔF1 vs base"]) == ("+0.50", "+0.00")
   assert "bracket F1 50.00" in md  # base's spread names the parser's score
+
+
+def test_runs_on_other_cpus_are_told_apart_in_the_report(table3, tmp_path):
+  """A sweep resumed on another machine: each run's CPU and s/step are in the per-run table (a
+  step time compares only on one CPU); a sweep on one CPU has no CPU column."""
+  out, results = tmp_path / "sweep", tmp_path / "t3_tiny"
+  run_fake(table3, out, results, ["base", "A_h1"], FakeCLI(), seeds=(0,), base_seeds=(0,))
+  report_args = ("--report", f"--sweep={TABLE3}", "--scale=tiny", "--rows=base,A_h1", "--seeds=0",
+                 "--base_seeds=0", f"--results_dir={results}", f"--out={out}")
+
+  def every_run():
+    result = sweep_cli(*report_args)
+    assert result.returncode == 0, result.stderr
+    md = (tmp_path / "t3_tiny.md").read_text()
+    return md[md.index("## Every run"):]
+
+  runs = every_run()
+  assert "CPU" not in table_row(runs, "row") and "s/step" in table_row(runs, "row")
+  path = results / "A_h1_seed0.json"
+  record = json.loads(path.read_text())
+  record["machine"]["cpu"], record["step_seconds"] = "Another CPU (family 6 model 143, AVX-512)", 0.87
+  path.write_text(json.dumps(record))
+  runs = every_run()
+  cells = dict(zip(table_row(runs, "row"), table_row(runs, "A_h1")))
+  assert (cells["CPU"], cells["s/step"]) == ("Another CPU (family 6 model 143, AVX-512)", "0.870")
+  assert dict(zip(table_row(runs, "row"), table_row(runs, "base")))["CPU"] != cells["CPU"]
