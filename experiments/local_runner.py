@@ -1,16 +1,22 @@
 """Commands of a sweep run on this host: a subprocess per command (its log, its error line, a
-timeout that ends in SIGTERM), the CPU cores each may use, and SIGTERM passed on to them all."""
+timeout that ends in SIGTERM), the CPU cores each may use, SIGTERM passed on to them all, and the
+vocabulary the runs of one OUT folder share."""
 
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
+import sys
 import threading
 
+from experiments import row_runs
+from transformer_jax import files
 from transformer_jax.config import ConfigError
 from transformer_jax.overrides import REPO
 
@@ -18,6 +24,11 @@ _CHILD: set = set()            # the running subprocesses, for SIGTERM forwardin
 _CHILD_LOCK = threading.Lock()
 STOP = {"requested": False}  # set by forward_sigterm: no further run starts
 ONE_CORE_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false"
+
+
+def run_workdir(out: str, row_id: str, seed: int) -> str:
+  """OUT/<row>/seed<k>: where one (row, seed) trains."""
+  return os.path.join(os.path.abspath(out), row_id, f"seed{seed}")
 
 
 def latest_step(workdir: str):
@@ -116,3 +127,48 @@ def forward_sigterm(signum, frame):  # pylint: disable=unused-argument
   with _CHILD_LOCK:
     for proc in _CHILD:
       proc.send_signal(signal.SIGTERM)
+
+
+# ----------------------------------------------------------------------------- the shared vocabulary
+
+def vocab_cache(out: str, config) -> str:
+  """OUT/_vocab/<key>: the vocabulary of every run whose data settings and size are these."""
+  data = config.data.to_dict()
+  data.pop("data_dir", None)
+  key = hashlib.sha1(json.dumps([data, config.model.vocab_size], sort_keys=True,
+                                default=str).encode()).hexdigest()[:12]
+  return os.path.join(out, "_vocab", key)
+
+
+def prepare_vocab(res: row_runs.Resolved, seed: int, out: str, runner, log) -> None:
+  """Trains the shared vocabulary before runs start side by side (`--mode=vocab`, on every core,
+  in the first run's workdir, then stashed in OUT/_vocab), so that none of them trains its own.
+  On failure the first run trains it, alone on every core, before the others start."""
+  if os.path.isdir(vocab_cache(out, res.config)):
+    return
+  workdir = run_workdir(out, res.row_id, seed)
+  os.makedirs(workdir, exist_ok=True)
+  log(f"the shared vocabulary ({res.config.model.vocab_size} pieces): training it first, log "
+      f"{workdir}/vocab.log")
+  cmd = row_runs.train_command(res, workdir, python=sys.executable, seed=seed) + ["--mode=vocab"]
+  rc, error = runner(cmd, os.path.join(workdir, "vocab.log"), 0.0)
+  if rc:
+    log(f"  the shared vocabulary: FAILED: {error}; the first run trains it alone")
+  else:
+    share_vocab(out, workdir, res.config, "out")
+
+
+def share_vocab(out: str, workdir: str, config, direction: str) -> None:
+  """One vocabulary for all runs: copied into a new workdir, or stashed from a trained one."""
+  cache, run_vocab = vocab_cache(out, config), os.path.join(workdir, "vocab")
+  if direction == "in" and os.path.isdir(cache) and not os.path.exists(run_vocab):
+    shutil.copytree(cache, run_vocab)
+  elif direction == "out" and os.path.isdir(run_vocab) and not os.path.isdir(cache):
+    tmp = files.temp_path(cache)
+    shutil.copytree(run_vocab, tmp)
+    try:
+      os.replace(tmp, cache)
+    except OSError:  # another run stashed its copy meanwhile: keep that one
+      if not os.path.isdir(cache):
+        raise
+      shutil.rmtree(tmp)

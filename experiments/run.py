@@ -38,12 +38,10 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
-import hashlib
 import json
 import os
 import queue
 import shlex
-import shutil
 import signal
 import sys
 import threading
@@ -54,8 +52,9 @@ from absl import flags
 
 from experiments import report, results_files, row_runs, sweeps
 from experiments.local_runner import (STOP, cpu_shares, forward_sigterm, latest_step,
-                                      subprocess_runner, training_done)
-from transformer_jax import errors, files, workdir as workdir_lib
+                                      prepare_vocab, run_workdir, share_vocab,
+                                      subprocess_runner, training_done, vocab_cache)
+from transformer_jax import errors, workdir as workdir_lib
 from transformer_jax.config import ConfigError
 from transformer_jax.overrides import REPO, parse_overrides
 
@@ -83,59 +82,10 @@ _PARALLEL = flags.DEFINE_integer("parallel", 1, "Runs at a time, each on its own
 _ROW_TIMEOUT = flags.DEFINE_float("row_timeout_minutes", 0.0, "Stop a run's training after this long "
                                   "(checkpoint saved, recorded as unfinished; 0: no limit).")
 
-# ----------------------------------------------------------------------------- the shared vocabulary
-
-def _vocab_cache(out: str, config) -> str:
-  """OUT/_vocab/<key>: the vocabulary of every run whose data settings and size are these."""
-  data = config.data.to_dict()
-  data.pop("data_dir", None)
-  key = hashlib.sha1(json.dumps([data, config.model.vocab_size], sort_keys=True,
-                                default=str).encode()).hexdigest()[:12]
-  return os.path.join(out, "_vocab", key)
-
-
-def _prepare_vocab(res: row_runs.Resolved, seed: int, out: str, runner, log) -> None:
-  """Trains the shared vocabulary before runs start side by side (`--mode=vocab`, on every core,
-  in the first run's workdir, then stashed in OUT/_vocab), so that none of them trains its own.
-  On failure the first run trains it, alone on every core, before the others start."""
-  if os.path.isdir(_vocab_cache(out, res.config)):
-    return
-  workdir = _workdir(out, res.row_id, seed)
-  os.makedirs(workdir, exist_ok=True)
-  log(f"the shared vocabulary ({res.config.model.vocab_size} pieces): training it first, log "
-      f"{workdir}/vocab.log")
-  cmd = row_runs.train_command(res, workdir, python=sys.executable, seed=seed) + ["--mode=vocab"]
-  rc, error = runner(cmd, os.path.join(workdir, "vocab.log"), 0.0)
-  if rc:
-    log(f"  the shared vocabulary: FAILED: {error}; the first run trains it alone")
-  else:
-    _share_vocab(out, workdir, res.config, "out")
-
-
-def _share_vocab(out: str, workdir: str, config, direction: str) -> None:
-  """One vocabulary for all runs: copied into a new workdir, or stashed from a trained one."""
-  cache, run_vocab = _vocab_cache(out, config), os.path.join(workdir, "vocab")
-  if direction == "in" and os.path.isdir(cache) and not os.path.exists(run_vocab):
-    shutil.copytree(cache, run_vocab)
-  elif direction == "out" and os.path.isdir(run_vocab) and not os.path.isdir(cache):
-    tmp = files.temp_path(cache)
-    shutil.copytree(run_vocab, tmp)
-    try:
-      os.replace(tmp, cache)
-    except OSError:  # another run stashed its copy meanwhile: keep that one
-      if not os.path.isdir(cache):
-        raise
-      shutil.rmtree(tmp)
-
-
 # ----------------------------------------------------------------------------- one (row, seed)
 
 def _result_path(results_dir: str, row_id: str, seed: int) -> str:
   return os.path.join(results_dir, f"{row_id}_seed{seed}.json")
-
-
-def _workdir(out: str, row_id: str, seed: int) -> str:
-  return os.path.join(os.path.abspath(out), row_id, f"seed{seed}")
 
 
 def run_one(res: row_runs.Resolved, seed: int, out: str, results_dir: str, protocol: dict, *,
@@ -151,7 +101,7 @@ def run_one(res: row_runs.Resolved, seed: int, out: str, results_dir: str, proto
   if os.path.exists(result_path):
     log(f"  {name}: done earlier ({os.path.relpath(result_path)}), skipped")
     return {"row": res.row_id, "seed": seed, "status": "done", "error": "", "stage": ""}
-  workdir = _workdir(out, res.row_id, seed)
+  workdir = run_workdir(out, res.row_id, seed)
   os.makedirs(workdir, exist_ok=True)
   train_cmd = row_runs.train_command(res, workdir, python=sys.executable, seed=seed)
   eval_cmd = row_runs.eval_command(workdir, bleu_sentences=res.bleu_sentences,
@@ -173,7 +123,7 @@ def run_one(res: row_runs.Resolved, seed: int, out: str, results_dir: str, proto
 
   minutes = res.config.train.max_train_minutes
   if not eval_only and not training_done(workdir, res.config):
-    _share_vocab(out, workdir, res.config, "in")
+    share_vocab(out, workdir, res.config, "in")
     log(f"  {name}: training ({target} steps" + (f" or {minutes:g} minutes" if minutes else "")
         + f"), log {workdir}/train.log")
     start = timing["running_since"] = time.time()  # left behind if this process is killed
@@ -190,7 +140,7 @@ def run_one(res: row_runs.Resolved, seed: int, out: str, results_dir: str, proto
   if not training_done(workdir, res.config):
     return finish("unfinished", f"not trained yet (step {step or 0} of {target})" if eval_only
                   else f"training stopped at step {step or 0} of {target}; rerun to resume", "train")
-  _share_vocab(out, workdir, res.config, "out")
+  share_vocab(out, workdir, res.config, "out")
   log(f"  {name}: evaluating (dev loss/perplexity, BLEU on {res.bleu_sentences or 'all'} dev "
       f"sentences), log {workdir}/eval.log")
 
@@ -254,11 +204,11 @@ def run_sweep(runs: list[tuple[row_runs.Resolved, int]], out: str, results_dir: 
   todo = [i for i, (res, seed) in enumerate(runs)
           if not os.path.exists(_result_path(results_dir, res.row_id, seed))]
   if parallel > 1 and todo and not (run_args.get("eval_only") or STOP["requested"]):
-    _prepare_vocab(*runs[todo[0]], out, run_args.get("runner", subprocess_runner), log)
+    prepare_vocab(*runs[todo[0]], out, run_args.get("runner", subprocess_runner), log)
   # If that failed, the first run to do trains the vocabulary alone on every core (with the
   # finished ones before it, which it skips).
   first = (todo[0] + 1 if parallel > 1 and todo
-           and not os.path.isdir(_vocab_cache(out, runs[todo[0]][0].config)) else 0)
+           and not os.path.isdir(vocab_cache(out, runs[todo[0]][0].config)) else 0)
   shares = queue.Queue()
   for share in [None] if first else host:
     shares.put(share)
