@@ -178,23 +178,27 @@ def test_random_walks_through_the_automaton_never_end_in_a_dead_end(unary):
   c = _constraint(tok, unary=unary)
   tables = tc.tables(c)
   rng = np.random.default_rng(unary)
-  for e in dev[:12]:
-    inputs = jnp.asarray([tok.encode_with_eos(e.words)], jnp.int32)
-    leaves, count = tc.leaf_pieces(tables, inputs)
-    words = tc.words_after(tables, leaves, count)
-    advance = jax.jit(lambda s, p, leaves=leaves, count=count: tc.advance(tables, s, p, leaves, count))
-    allowed = jax.jit(lambda s, t, leaves=leaves, count=count, words=words: tc.allowed(
-        tables, s, leaves, count, t, jnp.asarray([inputs.shape[1] + 300]), words))
+  sentences = dev[:12]
+  encoded = [tok.encode_with_eos(e.words) for e in sentences]
+  inputs = jnp.asarray([x + [0] * (max(map(len, encoded)) - len(x)) for x in encoded], jnp.int32)
+  leaves_all, count_all = tc.leaf_pieces(tables, inputs)  # padded alike: one compilation each
+  words_all = tc.words_after(tables, leaves_all, count_all)
+  advance = jax.jit(lambda s, p, leaves, count: tc.advance(tables, s, p, leaves, count))
+  allowed = jax.jit(lambda s, t, leaves, count, limit, words: tc.allowed(
+      tables, s, leaves, count, t, limit, words))
+  for i, e in enumerate(sentences):
+    leaves, count, words = (a[i:i + 1] for a in (leaves_all, count_all, words_all))
+    limit = jnp.asarray([len(encoded[i]) + 300])
     state, out = tc.init_state(1), []
-    for t in range(inputs.shape[1] + 300):
-      ok = np.flatnonzero(np.asarray(allowed(state, t)[0]))
+    for t in range(len(encoded[i]) + 300):
+      ok = np.flatnonzero(np.asarray(allowed(state, t, leaves, count, limit, words)[0]))
       assert ok.size, (e.words, tok.decode(out))
-      opens = [i for i in ok if i in c.opens]
+      opens = [o for o in ok if o in c.opens]
       piece = int(rng.choice(opens if opens and rng.random() < 0.6 else ok))
       if piece == decode.EOS_ID:
         break
       out.append(piece)
-      state = advance(state, jnp.asarray([piece]))
+      state = advance(state, jnp.asarray([piece]), leaves, count)
     assert piece == decode.EOS_ID
     parsed = trees.delinearize(tok.decode(out), e.words, "words")
     assert not parsed.repaired
