@@ -33,11 +33,11 @@ import collections
 import dataclasses
 from typing import Sequence
 
-import nltk
 import numpy as np
 from sacrebleu.significance import estimate_ci
 
 from transformer_jax.data import trees
+from transformer_jax.data.trees import nltk  # loaded at its first use
 
 PUNCTUATION_TAGS = frozenset({"``", "''", ".", ":", ","})  # COLLINS.prm DELETE_LABEL (words)
 UNSCORED_LABELS = frozenset({"TOP", "ROOT", "", "-NONE-"})  # DELETE_LABEL (brackets)

@@ -44,12 +44,30 @@ import dataclasses
 import fnmatch
 import functools
 import hashlib
+import importlib.util
 import os
 import sys
 
-import nltk
-
 from transformer_jax.data import DataError
+
+
+def _lazy_import(name: str):
+  """The module `name`, executed at the first access to one of its attributes (the standard
+  library's importlib.util.LazyLoader recipe); the module itself if already imported."""
+  if name in sys.modules:
+    return sys.modules[name]
+  spec = importlib.util.find_spec(name)
+  spec.loader = importlib.util.LazyLoader(spec.loader)
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[name] = module
+  spec.loader.exec_module(module)
+  return module
+
+
+# NLTK's package __init__ imports the whole toolkit, scipy.stats included: ~1.7 s at every start
+# of the CLI, which needs NLTK only for trees. So it loads at the first use of nltk.Tree, and
+# parseval and evaluate take this one from here.
+nltk = _lazy_import("nltk")
 
 VERSION = 1             # of the preprocessing and linearization: part of the token caches' key
 POS_PLACEHOLDER = "XX"
