@@ -200,6 +200,19 @@ requires_sample = pytest.mark.skipif(not (SAMPLE and os.path.isdir(SAMPLE)),
 
 
 @requires_sample
+def test_the_cli_starts_without_loading_nltk_until_a_tree_is_read():
+  """NLTK's package __init__ imports scipy.stats (~1.7 s a process): the CLI's modules load it
+  only when the parsing paths first touch nltk.Tree."""
+  code = ("import sys; import transformer_jax.main, transformer_jax.train, transformer_jax.evaluate, "
+          "transformer_jax.translate; from transformer_jax.data import trees; "
+          "print('scipy.stats' in sys.modules, 'nltk.tree' in sys.modules); "
+          "t = trees.nltk.Tree.fromstring('(S (NP the) (VP sat))'); "
+          "print('nltk.tree' in sys.modules, isinstance(t, trees.nltk.Tree), t.leaves())")
+  out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert out.stdout.splitlines() == ["False False", "True True ['the', 'sat']"]
+
+
 def test_every_sample_tree_reads_and_comes_back_from_its_linearization():
   paths = trees.select_files(SAMPLE, "wsj_0001-wsj_0179", "sample")
   assert len(paths) == 179
