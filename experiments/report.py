@@ -248,7 +248,6 @@ def report_markdown(sweep, scale_name: str, rows: list[dict], results: dict, rea
   runs = [results.get(row["row"], {})[s] for row in rows for s in row["seeds"]]
   scored = (["F1", "P / R", "exact", "repaired"] if parsing else ["BLEU tok.", "sacreBLEU", "chrF"])
   by_cpu = len(machines) > 1  # runs of one sweep on other CPUs: their s/step do not compare
-  cpu = [[r["machine"]["cpu"]] if by_cpu else [] for r in runs]
   lines.append(markdown.table(
       ["row", "seed", "steps", "dev loss", "dev PPL"] + scored +
       ["last quarter ΔPPL", "train min", "eval min", "s/step", "date"] + (["CPU"] if by_cpu else []),
@@ -258,7 +257,7 @@ def report_markdown(sweep, scale_name: str, rows: list[dict], results: dict, rea
         [_num(r["bleu_tokenized"]), _num(r["bleu"]), _num(r["chrf"])]) +
        ["" if not r.get("last_quarter") else f"{r['last_quarter']['relative_change']:+.1%}",
         _num(r["train_minutes"], 1), _num(r["eval_minutes"], 1), _num(r.get("step_seconds"), 3),
-        r["date"]] + m for r, m in zip(runs, cpu)]))
+        r["date"]] + ([r["machine"]["cpu"]] if by_cpu else []) for r in runs]))
   lines += ["", "## Reading", "", reading.strip() if reading.strip() else
             f"(Not written yet: `{os.path.relpath(stem, REPO)}_reading.md` appears here.)", ""]
   return "\n".join(lines)

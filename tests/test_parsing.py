@@ -199,7 +199,6 @@ requires_sample = pytest.mark.skipif(not (SAMPLE and os.path.isdir(SAMPLE)),
                                      reason="no ptb-sample in TRANSFORMER_JAX_DATA_DIR")
 
 
-@requires_sample
 def test_the_cli_starts_without_loading_nltk_until_a_tree_is_read():
   """NLTK's package __init__ imports scipy.stats (~1.7 s a process): the CLI's modules load it
   only when the parsing paths first touch nltk.Tree."""
@@ -213,6 +212,7 @@ def test_the_cli_starts_without_loading_nltk_until_a_tree_is_read():
   assert out.stdout.splitlines() == ["False False", "True True ['the', 'sat']"]
 
 
+@requires_sample
 def test_every_sample_tree_reads_and_comes_back_from_its_linearization():
   paths = trees.select_files(SAMPLE, "wsj_0001-wsj_0179", "sample")
   assert len(paths) == 179

@@ -226,7 +226,6 @@ def test_step_time_is_the_median_window_so_a_paused_window_does_not_move_it():
   assert results_files.median_window(train[:1]) is None
 
 
-
 def test_machine_names_the_cpu_generation_that_a_shared_model_name_hides(tmp_path):
   def cpu(text):
     (tmp_path / "cpuinfo").write_text(text)
@@ -236,6 +235,7 @@ def test_machine_names_the_cpu_generation_that_a_shared_model_name_hides(tmp_pat
   assert cpu(epyc.format(1, "fma")) == "AMD EPYC (family 25 model 1, AVX2)"  # Zen 3: only the first processor is read
   assert cpu("processor\t: 0\nFeatures\t: fp asimd\n").endswith("(NEON)")  # arm: no model name
   assert results_files.machine(str(tmp_path / "none"))["cores"] == os.cpu_count()  # no cpuinfo: still a machine
+
 
 # --- a real run: 2 training steps of a tiny model, evaluated --------------------------------------
 

@@ -46,10 +46,10 @@ import ml_collections
 
 from transformer_jax import bleu, files as files_lib, markdown, sharding, step as step_lib
 from transformer_jax import parseval
-from transformer_jax.data.trees import nltk  # loaded at its first use
 from transformer_jax import workdir as workdir_lib
 from transformer_jax.config import ConfigError, ModelConfig
 from transformer_jax.data import pipeline, sources as sources_lib, tokenizer as tok_lib
+from transformer_jax.data.trees import nltk  # loaded at its first use
 from transformer_jax.files import read_lines
 from transformer_jax.trained import checkpoint_config, ensemble_members
 from transformer_jax.translate import Translator
