@@ -168,7 +168,7 @@ class Stepper:
     mesh = sharding.make_mesh(self.config.mesh)
     self.devices = mesh.devices.size
     _, state_sh = step.state_shardings(self.config, mesh)
-    self.state = step.create_state(self.config, mesh)
+    self.state = step.create_state(self.config, mesh, state_sh)
     self.batch = jax.device_put(synthetic_batch(self.config, rows, length),
                                 sharding.batch_sharding(mesh))
     fn = step.jit_train_step(self.config, mesh, state_sh)

@@ -13,14 +13,19 @@ requires_data = pytest.mark.skipif(
     not (DATA_DIR and os.path.isdir(os.path.join(DATA_DIR, "multi30k"))),
     reason="set TRANSFORMER_JAX_DATA_DIR to the shared data folder (CI sets ../shared/data)")
 
-# XLA compilation is most of the suite's time on a 2-core CPU, and LLVM's optimisation of the
-# generated CPU code is a large part of it. So the suite compiles with it off: XLA's own passes
-# (fusion, layouts, SPMD partitioning, collectives), through which a mistake in our code would
-# show, run as for users, and so do the library kernels matmuls call; LLVM keeps IEEE float
-# semantics at every level (no fast-math), so only the speed of the tiny test models' machine
-# code changes. TRANSFORMER_JAX_TEST_XLA_FLAGS='' runs the suite with XLA's defaults.
-SUITE_XLA_FLAGS = os.environ.get("TRANSFORMER_JAX_TEST_XLA_FLAGS",
-                                 "--xla_backend_optimization_level=0")
+# XLA compilation is most of the suite's time on a 2-core CPU. Two code-generation steps take
+# the most of it, and the suite turns both down: LLVM's optimisation of the generated CPU code
+# (level 0), and the MLIR fusion emitters, which the suite swaps for XLA's older emitter of the
+# same fusions (a third less compile time again: test_model 109 -> 71 s, test_decode and
+# test_workflow_cli 272 -> 218 s, on a Zen 3 EPYC). XLA's own passes (fusion, layouts, SPMD
+# partitioning, collectives), through which a mistake in our code would show, run as for users,
+# and so do the library kernels matmuls call; both emitters keep IEEE float semantics (no
+# fast-math), so only the speed of the tiny test models' machine code and the last bits of some
+# sums change (the suite's tolerances are relative). TRANSFORMER_JAX_TEST_XLA_FLAGS='' runs the
+# suite with XLA's defaults.
+SUITE_XLA_FLAGS = os.environ.get(
+    "TRANSFORMER_JAX_TEST_XLA_FLAGS",
+    "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false")
 
 
 def xla_flags(*extra: str) -> str:

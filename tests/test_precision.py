@@ -60,7 +60,7 @@ def _primitive_dtypes(closed_jaxpr) -> collections.Counter:
 def _train_one_step(config):
   mesh = sharding.make_mesh(config.mesh, jax.devices()[:1])
   _, state_sh = step_lib.state_shardings(config, mesh)
-  state = step_lib.create_state(config, mesh)
+  state = step_lib.create_state(config, mesh, state_sh)
   train_fn = step_lib.jit_train_step(config, mesh, state_sh)
   return train_fn(state, sharding.global_batch(mesh, _batch()))
 

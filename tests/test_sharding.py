@@ -107,7 +107,7 @@ def _train_two_steps(shape, devices, initial_state=None, dtype="float32"):
   sharding.check_divisibility(config, mesh)
   _, state_sh = step_lib.state_shardings(config, mesh)
   if initial_state is None:
-    state = step_lib.create_state(config, mesh)
+    state = step_lib.create_state(config, mesh, state_sh)
   else:
     state = jax.device_put(initial_state, state_sh)
   initial = jax.tree.map(np.asarray, state)

@@ -33,8 +33,8 @@ def _batch(rng, rows, length=12):
 
 def _run(config, batches):
   mesh = sharding.make_mesh(config.mesh)
-  state = step.create_state(config, mesh)
   _, sh = step.state_shardings(config, mesh)
+  state = step.create_state(config, mesh, sh)
   fn = step.jit_train_step(config, mesh, sh)
   for b in batches:
     state, metrics = fn(state, sharding.global_batch(mesh, b))

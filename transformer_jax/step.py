@@ -79,9 +79,11 @@ def state_shardings(config: ml_collections.ConfigDict, mesh: Mesh):
   return abstract, shardings
 
 
-def create_state(config: ml_collections.ConfigDict, mesh: Mesh) -> TrainState:
-  """The initial state, created sharded on the mesh (parameters from config.seed)."""
-  _, shardings = state_shardings(config, mesh)
+def create_state(config: ml_collections.ConfigDict, mesh: Mesh, shardings=None) -> TrainState:
+  """The initial state, created sharded on the mesh (parameters from config.seed); `shardings`:
+  state_shardings(config, mesh)[1] where the caller has it (it traces the model's init)."""
+  if shardings is None:
+    _, shardings = state_shardings(config, mesh)
   init = jax.jit(lambda rng: nn.meta.unbox(init_state(config, rng)), out_shardings=shardings)
   with sharding.mesh_context(mesh):
     return init(jax.random.key(config.seed))

@@ -201,7 +201,7 @@ def _train(config, workdir, saver, mesh) -> dict:
   budget = t_cfg.max_train_minutes * 60.0
   minutes_left = (budget - spent) / 60.0 if budget else 0.0  # 0: no limit
   if state is None:
-    state, start_step = step_lib.create_state(config, mesh), 0
+    state, start_step = step_lib.create_state(config, mesh, state_sh), 0
     logging.info("starting a new run in %s", workdir)
     if restored.quarantined:
       _set_aside_logs(workdir, restored.quarantined)
