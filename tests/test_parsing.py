@@ -377,6 +377,7 @@ def test_a_tiny_parser_trains_evaluates_and_parses_through_the_cli(tmp_path):
   r = _main("--mode=eval", f"--workdir={w}", "--split=validation", f"--compare={words}")
   err = r.stderr.decode().strip().splitlines()
   assert r.returncode == 2 and err[-1].startswith("error: --compare=") and "line 1" in err[-1]
+  assert "translate:" not in r.stderr.decode()  # found before decoding (tqdm's bar: none)
 
   free = open(os.path.join(w, "eval", "validation_step4.json")).read()
   r = _main("--mode=eval", f"--workdir={w}", "--split=validation",

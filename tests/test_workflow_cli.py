@@ -176,6 +176,14 @@ def test_eval_on_any_parallel_files_with_comparison(workdir, tmp_path):
   assert report["sentences"] == 3 and report["tokens"] > 3
   assert {"bleu", "chrf"} <= set(report["compare"])
   assert 0 <= report["compare"]["bleu"]["p_value"] <= 1
+  # Another system's file of another length: one line, before anything is translated.
+  short_other = tmp_path / "short_other.txt"
+  short_other.write_text("Ein Mann.\n", encoding="utf-8")
+  result = _main("--mode=eval", f"--workdir={workdir}", f"--source={src}", f"--reference={ref}",
+                 f"--compare={short_other}")
+  err = result.stderr.decode()
+  assert result.returncode == 2 and "has 1 lines but 3 sentences" in err.strip().splitlines()[-1]
+  assert "translate:" not in err, err[-2000:]  # tqdm's bar of the decode: nothing was decoded
   # The paper's BLEU against an already tokenized reference file, as get_ende_bleu.sh.
   from transformer_jax import bleu  # pylint: disable=g-import-not-at-top
   tok_ref = tmp_path / "set.tok.de"

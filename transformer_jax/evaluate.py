@@ -187,8 +187,15 @@ def evaluate_workdir(workdir: str, *, splits: Sequence[str] = ("test",),
   requested = [dict(split=s) for s in splits] + [dict(files=tuple(f)) for f in files]
   sets = [load_eval_set(config, tok, batch_multiple=rows, **r) for r in requested]  # errors first
   tag = _settings_tag(overrides) + ensemble_tag([m["workdir"] for m in members])
+  # The other system's outputs, read (and, for parsers, checked as trees) before anything is
+  # decoded: a wrong --compare is one line at once, not after a whole decode.
+  baselines = [_comparison_hypotheses(compare, s.name, len(s.sources[:bleu_sentences or None]))
+               if compare else None for s in sets]
+  if compare and config.data.task == "parsing":
+    for baseline in baselines:
+      _trees(baseline, f"--compare={compare}")
   reports = []
-  for eval_set in sets:
+  for eval_set, baseline in zip(sets, baselines):
     report, hypotheses = Evaluator(config, tok, mesh, eval_set,
                                    ensemble=[(m["model"], m["params"]) for m in members])(
         params, bleu_sentences=bleu_sentences, progress=True)
@@ -199,7 +206,6 @@ def evaluate_workdir(workdir: str, *, splits: Sequence[str] = ("test",),
       report["ensemble"] = [{k: m[k] for k in ("workdir", "step", "averaged_checkpoints")}
                             for m in members]
     if compare:
-      baseline = _comparison_hypotheses(compare, eval_set.name, len(hypotheses))
       references = eval_set.references[:len(hypotheses)]
       if config.data.task == "parsing":  # two parsers' trees: bracket F1
         test = parseval.paired_bootstrap(_trees(references, "reference"),
