@@ -191,9 +191,8 @@ def evaluate_workdir(workdir: str, *, splits: Sequence[str] = ("test",),
   # decoded: a wrong --compare is one line at once, not after a whole decode.
   baselines = [_comparison_hypotheses(compare, s.name, len(s.sources[:bleu_sentences or None]))
                if compare else None for s in sets]
-  if compare and config.data.task == "parsing":
-    for baseline in baselines:
-      _trees(baseline, f"--compare={compare}")
+  if compare and config.data.task == "parsing":  # another parser's trees
+    baselines = [_trees(b, f"--compare={compare}") for b in baselines]
   reports = []
   for eval_set, baseline in zip(sets, baselines):
     report, hypotheses = Evaluator(config, tok, mesh, eval_set,
@@ -209,7 +208,7 @@ def evaluate_workdir(workdir: str, *, splits: Sequence[str] = ("test",),
       references = eval_set.references[:len(hypotheses)]
       if config.data.task == "parsing":  # two parsers' trees: bracket F1
         test = parseval.paired_bootstrap(_trees(references, "reference"),
-                                         _trees(baseline, f"--compare={compare}"),
+                                         baseline,
                                          _trees(hypotheses, "output"))
       else:
         test = bleu.paired_bootstrap(baseline, hypotheses, references)
