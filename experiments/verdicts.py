@@ -21,12 +21,11 @@ import functools
 import math
 import statistics
 
-import nltk
 import numpy as np
-from scipy import optimize
 
 from experiments import row_runs, sweeps
 from transformer_jax.config import ConfigError, ModelConfig
+from transformer_jax.data.trees import nltk  # loaded at the first tree (data/trees.py)
 
 PPL_CLEAR = 0.2    # |ΔPPL| of the paper at or above which a row's direction is clear
 BLEU_CLEAR = 0.3   # the same for ΔBLEU
@@ -246,6 +245,7 @@ def convergence_forecast(curve: dict[int, float], bar: float = CONVERGED) -> dic
   points = sorted((s, p) for s, p in curve.items() if s >= 0.3 * max(curve, default=0))
   if len(points) < 4:
     return None
+  from scipy import optimize  # pylint: disable=g-import-not-at-top  (0.7 s, for fits only)
   t, y = (np.array(v, dtype=np.float64) for v in zip(*points))
   f = lambda x, a, b, c: a + b * np.power(x, -c)  # noqa: E731
   try:

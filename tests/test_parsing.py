@@ -200,10 +200,10 @@ requires_sample = pytest.mark.skipif(not (SAMPLE and os.path.isdir(SAMPLE)),
 
 
 def test_the_cli_starts_without_loading_nltk_until_a_tree_is_read():
-  """NLTK's package __init__ imports scipy.stats (~1.7 s a process): the CLI's modules load it
-  only when the parsing paths first touch nltk.Tree."""
+  """NLTK's package __init__ imports scipy.stats (~1.7 s a process): the CLI's and the sweep
+  reports' modules load it only when the parsing paths first touch nltk.Tree."""
   code = ("import sys; import transformer_jax.main, transformer_jax.train, transformer_jax.evaluate, "
-          "transformer_jax.translate; from transformer_jax.data import trees; "
+          "transformer_jax.translate, experiments.report; from transformer_jax.data import trees; "
           "print('scipy.stats' in sys.modules, 'nltk.tree' in sys.modules); "
           "t = trees.nltk.Tree.fromstring('(S (NP the) (VP sat))'); "
           "print('nltk.tree' in sys.modules, isinstance(t, trees.nltk.Tree), t.leaves())")
