@@ -16,7 +16,7 @@ requires_data = pytest.mark.skipif(
 # XLA compilation is most of the suite's time on a 2-core CPU. Two code-generation steps take
 # the most of it, and the suite turns both down: LLVM's optimisation of the generated CPU code
 # (level 0), and the MLIR fusion emitters, which the suite swaps for XLA's older emitter of the
-# same fusions (a third less compile time again: test_model 109 -> 71 s, test_decode and
+# same fusions (a fifth to a third less time again: test_model 109 -> 71 s, test_decode and
 # test_workflow_cli 272 -> 218 s, on a Zen 3 EPYC). XLA's own passes (fusion, layouts, SPMD
 # partitioning, collectives), through which a mistake in our code would show, run as for users,
 # and so do the library kernels matmuls call; both emitters keep IEEE float semantics (no
