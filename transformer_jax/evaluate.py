@@ -88,6 +88,11 @@ def load_eval_set(config, tok, *, split: str | None = None, files: tuple[str, ..
                  *texts, batches)
 
 
+def translated_count(eval_set, bleu_sentences: int) -> int:
+  """How many of a set's sentences an evaluation translates: all for 0, else the first n."""
+  return min(bleu_sentences or len(eval_set.sources), len(eval_set.sources))
+
+
 class Evaluator:
   """Scores parameters on one EvalSet; the teacher-forced step is compiled once."""
 
@@ -113,7 +118,7 @@ class Evaluator:
     report = self._teacher_forced(params, max_batches)
     hypotheses: list[str] = []
     if bleu_sentences is not None:
-      n = bleu_sentences or len(self.eval_set.sources)
+      n = translated_count(self.eval_set, bleu_sentences)
       sources, references = self.eval_set.sources[:n], self.eval_set.references[:n]
       decode_start = time.time()
       parsing = self.config.data.task == "parsing"
@@ -189,7 +194,7 @@ def evaluate_workdir(workdir: str, *, splits: Sequence[str] = ("test",),
   tag = _settings_tag(overrides) + ensemble_tag([m["workdir"] for m in members])
   # The other system's outputs, read (and, for parsers, checked as trees) before anything is
   # decoded: a wrong --compare is one line at once, not after a whole decode.
-  baselines = [_comparison_hypotheses(compare, s.name, len(s.sources[:bleu_sentences or None]))
+  baselines = [_comparison_hypotheses(compare, s.name, translated_count(s, bleu_sentences))
                if compare else None for s in sets]
   if compare and config.data.task == "parsing":  # another parser's trees
     baselines = [_trees(b, f"--compare={compare}") for b in baselines]
