@@ -21,11 +21,16 @@ requires_data = pytest.mark.skipif(
 # partitioning, collectives), through which a mistake in our code would show, run as for users,
 # and so do the library kernels matmuls call; both emitters keep IEEE float semantics (no
 # fast-math), so only the speed of the tiny test models' machine code and the last bits of some
-# sums change (the suite's tolerances are relative). TRANSFORMER_JAX_TEST_XLA_FLAGS='' runs the
-# suite with XLA's defaults.
+# sums change (the suite's tolerances are relative). The suite also compiles each program as one
+# LLVM module, not split into parts compiled in parallel (xla_cpu_parallel_codegen_split_count
+# =1): with two test workers on two cores the split buys no parallelism, only its cost (the
+# one-device and 2x2x2-mesh train steps of test_sharding: 19.2 -> 16.8 CPU-s, mean of 4 each;
+# the suite's CPU time 1807 -> 1661 s). TRANSFORMER_JAX_TEST_XLA_FLAGS='' runs the suite with
+# XLA's defaults.
 SUITE_XLA_FLAGS = os.environ.get(
     "TRANSFORMER_JAX_TEST_XLA_FLAGS",
-    "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false")
+    "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
+    " --xla_cpu_parallel_codegen_split_count=1")
 
 
 def xla_flags(*extra: str) -> str:

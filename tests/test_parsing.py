@@ -365,13 +365,7 @@ def test_a_tiny_parser_trains_evaluates_and_parses_through_the_cli(tmp_path):
   assert len(lines) == 6 and all(l.startswith("(TOP ") for l in lines)
   assert 0.0 <= report["le40"]["f1"] <= 100.0
 
-  # --compare with a parser: the paired bootstrap of bracket F1 (here against its own trees), and
-  # a file of other text is one line naming it.
-  own = os.path.join(w, "eval", "validation_step4.txt")
-  r = _main("--mode=eval", f"--workdir={w}", "--split=validation", f"--compare={own}")
-  assert r.returncode == 0, r.stderr.decode()[-3000:]
-  compare = json.load(open(os.path.join(w, "eval", "validation_step4.json")))["compare"]
-  assert compare["f1"]["delta"] == 0.0 and "bleu" not in compare
+  # A file of other text for --compare is one line naming it, found before decoding.
   words = tmp_path / "words.txt"
   words.write_text("".join("ein Satz\n" for _ in lines))
   r = _main("--mode=eval", f"--workdir={w}", "--split=validation", f"--compare={words}")
@@ -379,13 +373,21 @@ def test_a_tiny_parser_trains_evaluates_and_parses_through_the_cli(tmp_path):
   assert r.returncode == 2 and err[-1].startswith("error: --compare=") and "line 1" in err[-1]
   assert "translate:" not in r.stderr.decode()  # found before decoding (tqdm's bar: none)
 
-  free = open(os.path.join(w, "eval", "validation_step4.json")).read()
+  # The constrained search writes trees (none repaired), into its own report beside the free one;
+  # --compare with the free search's trees: the paired bootstrap of bracket F1 between the two.
+  free_text = open(os.path.join(w, "eval", "validation_step4.json")).read()
+  free = json.loads(free_text)
+  own = os.path.join(w, "eval", "validation_step4.txt")
   r = _main("--mode=eval", f"--workdir={w}", "--split=validation",
-            "--config.decode.parse_constraint=True")  # the search writes trees: none repaired
+            "--config.decode.parse_constraint=True", f"--compare={own}")
   assert r.returncode == 0, r.stderr.decode()[-3000:]
   report = json.load(open(os.path.join(w, "eval", "validation_step4_constrained.json")))
   assert report["repaired"] == 0 and report["overrides"] == {"decode.parse_constraint": True}
-  assert open(os.path.join(w, "eval", "validation_step4.json")).read() == free  # not overwritten
+  compare = report["compare"]
+  assert "bleu" not in compare and 0.0 <= compare["f1"]["p_value"] <= 1.0
+  assert compare["f1"]["baseline"] == pytest.approx(free["f1"], rel=1e-9)
+  assert compare["f1"]["delta"] == pytest.approx(report["f1"] - free["f1"], rel=1e-9, abs=1e-9)
+  assert open(os.path.join(w, "eval", "validation_step4.json")).read() == free_text  # kept
 
   r = _main("--mode=translate", f"--workdir={w}", stdin=b"the big cat saw a dog .\n\na man liked it\n")
   assert r.returncode == 0, r.stderr.decode()[-3000:]
