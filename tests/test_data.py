@@ -205,6 +205,41 @@ def test_bpe_dropout_samples_each_epoch_afresh_and_reproducibly(config, tok):
   np.testing.assert_array_equal(source_only.target_offsets, fixed.target_offsets)
 
 
+class _UnreadableRecords:
+  """A split's records that may be counted but not read."""
+
+  def __init__(self, n):
+    self.n = n
+
+  def __len__(self):
+    return self.n
+
+  def __getitems__(self, ids):
+    raise AssertionError("read the TFDS records")
+
+
+def test_bpe_dropout_reads_the_cleaned_training_texts_from_their_cache(config, tok, tmp, caplog,
+                                                                       monkeypatch):
+  """Each epoch of BPE-dropout reads the training texts from the UTF-8 cache the first epoch
+  wrote (TFDS's records untouched), text for text what the split reads; where the cache cannot
+  be written, from the split, with a warning."""
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  src = sources.split_source(config, "train")
+  expected = list(src.chunks(5000))
+  assert list(token_cache.cached_text_chunks(config, src, "train", 5000)) == expected  # writes
+  unreadable = dataclasses.replace(src, records=_UnreadableRecords(len(src)))
+  assert list(token_cache.cached_text_chunks(config, unreadable, "train", 5000)) == expected
+  assert any("ü" in t or "ß" in t for _, targets in expected for t in targets)  # not ASCII only
+  monkeypatch.setattr(sources, "split_source", lambda *_: unreadable)
+  assert len(token_cache.SampledSegmentation(with_data(config, bpe_dropout=0.1), tok)(0)) == len(src)
+  blocked = dataclasses.replace(src, dataset_id="blocked")
+  (tmp / "tfds" / "text_cache").mkdir(exist_ok=True)
+  (tmp / "tfds" / "text_cache" / "blocked").write_text("a file where the cache's folder goes")
+  with caplog.at_level("WARNING"):
+    first = next(token_cache.cached_text_chunks(config, blocked, "train", 5000))
+  assert first == expected[0] and "cannot cache texts in" in caplog.text
+
+
 def test_bpe_dropout_needs_a_bpe_vocabulary(config):
   from transformer_jax.config import ConfigError, validate  # pylint: disable=g-import-not-at-top
   for bad, msg in (({"bpe_dropout": 0.1, "vocab_type": "unigram"}, "needs data.vocab_type='bpe'"),

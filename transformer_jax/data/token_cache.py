@@ -5,7 +5,9 @@ keyed by split, vocabulary hash and cleaning, written to a temp folder and renam
 and memory-mapped when read, so a run over a large corpus tokenizes it only once. Texts given
 directly (a test set read from files) are tokenized the same way, in memory. With BPE-dropout
 (``data.bpe_dropout``), :class:`SampledSegmentation` tokenizes the training split afresh each
-epoch, in memory.
+epoch, in memory, from its cleaned texts, which the first epoch caches as UTF-8 bytes beside the
+token caches (``<cache_root>/text_cache/``): decoding TFDS records in Python costs more than
+sampling their segmentation.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import os
 import shutil
 import tempfile
 import threading
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import numpy as np
 from absl import logging
@@ -27,6 +29,7 @@ from transformer_jax.data.tokenizer import Tokenizer
 from transformer_jax.special_ids import EOS_ID
 
 _FILES = ("source_ids", "source_offsets", "target_ids", "target_offsets")
+_TEXT_FILES = ("source_bytes", "source_offsets", "target_bytes", "target_offsets")
 
 
 @dataclasses.dataclass
@@ -68,8 +71,33 @@ class TokenizedSplit:
 
 
 def _load(cache_dir: str) -> TokenizedSplit:
-  arrays = {name: np.load(os.path.join(cache_dir, name + ".npy"), mmap_mode="r") for name in _FILES}
-  return TokenizedSplit(**arrays, cache_dir=cache_dir)
+  return TokenizedSplit(**_load_arrays(cache_dir, _FILES), cache_dir=cache_dir)
+
+
+def _load_arrays(cache_dir: str, names: tuple[str, ...]) -> dict[str, np.ndarray]:
+  return {name: np.load(os.path.join(cache_dir, name + ".npy"), mmap_mode="r") for name in names}
+
+
+def _cached_arrays(cache_dir: str, names: tuple[str, ...], build, what: str):
+  """(arrays `names` memory-mapped from cache_dir, True), built by `build()` and saved there
+  first (into a temp folder renamed into place) when missing; (the built arrays, False) when
+  the cache cannot be written."""
+  if all(os.path.isfile(os.path.join(cache_dir, name + ".npy")) for name in names):
+    return _load_arrays(cache_dir, names), True
+  arrays = build()
+  try:
+    os.makedirs(os.path.dirname(cache_dir), exist_ok=True)
+    tmp = tempfile.mkdtemp(dir=os.path.dirname(cache_dir), prefix=".tmp-")
+    for name in names:
+      np.save(os.path.join(tmp, name + ".npy"), arrays[name])
+    try:
+      os.rename(tmp, cache_dir)  # atomic; another process may have won the race
+    except OSError:
+      shutil.rmtree(tmp, ignore_errors=True)
+    return _load_arrays(cache_dir, names), True
+  except OSError as e:
+    logging.warning("cannot cache %s in %s (%s); keeping them in memory", what, cache_dir, e)
+    return arrays, False
 
 
 def _ragged(ids_per_example: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -131,7 +159,7 @@ class SampledSegmentation:
         if self._source is None:
           self._source = sources.split_source(self.config, "train")
         self._epochs[epoch] = tokenize_pairs(
-            self.tokenizer, self._source.chunks(),
+            self.tokenizer, cached_text_chunks(self.config, self._source, "train"),
             bpe_dropout=self.bpe_dropout, seed=(self.seed, epoch))
         while len(self._epochs) > self.KEEP:
           self._epochs.popitem(last=False)
@@ -161,20 +189,44 @@ def tokenized_split(config, tokenizer, split: str,
     src = sources.split_source(config, split)
   cache_dir = os.path.join(sources.cache_root(config), "token_cache", src.dataset_id,
                            f"{split}-{tokenizer.sha}-{src.cleaning}")
-  if all(os.path.isfile(os.path.join(cache_dir, f + ".npy")) for f in _FILES):
-    return _load(cache_dir)
-  logging.info("tokenizing %s split (%d pairs)", split, len(src))
-  tokenized = tokenize_pairs(tokenizer, src.chunks())
-  try:
-    os.makedirs(os.path.dirname(cache_dir), exist_ok=True)
-    tmp = tempfile.mkdtemp(dir=os.path.dirname(cache_dir), prefix=".tmp-")
-    for name in _FILES:
-      np.save(os.path.join(tmp, name + ".npy"), getattr(tokenized, name))
-    try:
-      os.rename(tmp, cache_dir)  # atomic; another process may have won the race
-    except OSError:
-      shutil.rmtree(tmp, ignore_errors=True)
-    return _load(cache_dir)
-  except OSError as e:
-    logging.warning("cannot cache token ids in %s (%s); keeping them in memory", cache_dir, e)
-    return tokenized
+  def build():
+    logging.info("tokenizing %s split (%d pairs)", split, len(src))
+    tokenized = tokenize_pairs(tokenizer, src.chunks())
+    return {name: getattr(tokenized, name) for name in _FILES}
+  arrays, on_disk = _cached_arrays(cache_dir, _FILES, build, "token ids")
+  return TokenizedSplit(**arrays, cache_dir=cache_dir if on_disk else None)
+
+
+def _utf8_ragged(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+  encoded = [t.encode("utf-8") for t in texts]
+  lengths = np.fromiter(map(len, encoded), np.int64, len(encoded))
+  return np.frombuffer(b"".join(encoded), np.uint8), np.concatenate([[0], np.cumsum(lengths)])
+
+
+def _utf8_texts(data: np.ndarray, offsets: np.ndarray, start: int, stop: int) -> list[str]:
+  ends = np.asarray(offsets[start:stop + 1]) - offsets[start]
+  blob = bytes(data[offsets[start]:offsets[stop]])
+  return [blob[a:b].decode("utf-8") for a, b in zip(ends[:-1].tolist(), ends[1:].tolist())]
+
+
+def cached_text_chunks(config, src: sources.SplitSource, split: str,
+                       chunk: int = sources.CHUNK) -> Iterator[tuple[list[str], list[str]]]:
+  """src.chunks() (the split's cleaned texts in order), read from UTF-8 bytes cached under
+  <cache_root>/text_cache/ on the first call (written while it is read)."""
+  cache_dir = os.path.join(sources.cache_root(config), "text_cache", src.dataset_id,
+                           f"{split}-{src.cleaning}")
+  def build():
+    logging.info("caching the cleaned texts of the %s split (%d pairs)", split, len(src))
+    parts = ([], [])
+    for pair in src.chunks(chunk):
+      for side, texts in enumerate(pair):
+        parts[side].append(_utf8_ragged(texts))
+    (sd, so), (td, to) = (_concat_ragged(p) for p in parts)
+    return {"source_bytes": sd.astype(np.uint8), "source_offsets": so,
+            "target_bytes": td.astype(np.uint8), "target_offsets": to}
+  a, _ = _cached_arrays(cache_dir, _TEXT_FILES, build, "texts")
+  n = len(a["source_offsets"]) - 1
+  for start in range(0, n, chunk):
+    stop = min(n, start + chunk)
+    yield (_utf8_texts(a["source_bytes"], a["source_offsets"], start, stop),
+           _utf8_texts(a["target_bytes"], a["target_offsets"], start, stop))
