@@ -211,8 +211,8 @@ def _utf8_texts(data: np.ndarray, offsets: np.ndarray, start: int, stop: int) ->
 
 def cached_text_chunks(config, src: sources.SplitSource, split: str,
                        chunk: int = sources.CHUNK) -> Iterator[tuple[list[str], list[str]]]:
-  """src.chunks() (the split's cleaned texts in order), read from UTF-8 bytes cached under
-  <cache_root>/text_cache/ on the first call (written while it is read)."""
+  """src.chunks() (the split's cleaned texts in order), read from UTF-8 bytes under
+  <cache_root>/text_cache/, which the first call writes (the split read once, then saved)."""
   cache_dir = os.path.join(sources.cache_root(config), "text_cache", src.dataset_id,
                            f"{split}-{src.cleaning}")
   def build():
@@ -224,9 +224,9 @@ def cached_text_chunks(config, src: sources.SplitSource, split: str,
     (sd, so), (td, to) = (_concat_ragged(p) for p in parts)
     return {"source_bytes": sd.astype(np.uint8), "source_offsets": so,
             "target_bytes": td.astype(np.uint8), "target_offsets": to}
-  a, _ = _cached_arrays(cache_dir, _TEXT_FILES, build, "texts")
-  n = len(a["source_offsets"]) - 1
+  arrays, _ = _cached_arrays(cache_dir, _TEXT_FILES, build, "texts")
+  n = len(arrays["source_offsets"]) - 1
   for start in range(0, n, chunk):
     stop = min(n, start + chunk)
-    yield (_utf8_texts(a["source_bytes"], a["source_offsets"], start, stop),
-           _utf8_texts(a["target_bytes"], a["target_offsets"], start, stop))
+    yield tuple(_utf8_texts(arrays[f"{side}_bytes"], arrays[f"{side}_offsets"], start, stop)
+                for side in ("source", "target"))
