@@ -222,8 +222,9 @@ def cached_text_chunks(config, src: sources.SplitSource, split: str,
       for side, texts in enumerate(pair):
         parts[side].append(_utf8_ragged(texts))
     (sd, so), (td, to) = (_concat_ragged(p) for p in parts)
-    return {"source_bytes": sd.astype(np.uint8), "source_offsets": so,
-            "target_bytes": td.astype(np.uint8), "target_offsets": to}
+    # (astype only for an empty split, whose concatenation is int32; no copy otherwise)
+    return {"source_bytes": sd.astype(np.uint8, copy=False), "source_offsets": so,
+            "target_bytes": td.astype(np.uint8, copy=False), "target_offsets": to}
   arrays, _ = _cached_arrays(cache_dir, _TEXT_FILES, build, "texts")
   n = len(arrays["source_offsets"]) - 1
   for start in range(0, n, chunk):
