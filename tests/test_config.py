@@ -1,7 +1,12 @@
 """The run-config validator, the one override parser and config-file loading."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 
+from tests.common import REPO
 from transformer_jax import overrides
 from transformer_jax.config import ConfigError, default_config, validate
 
@@ -123,3 +128,24 @@ def test_values_outside_a_fields_domain_are_refused(key, value, match):
   overrides.apply_overrides(config, {key: value})
   with pytest.raises(ConfigError, match=match):
     validate(config)
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["--config=configs/tiny.py", "--config.model.d_modle=64"], "did you mean 'd_model'"),
+    (["--config=configs/no_such.py"], "no_such.py"),
+    (["--config=configs/tiny.py", "--step=3"], "--step is not for --mode=train"),
+    (["--mode=eval", "--split=dev"], "--split=dev"),
+])
+def test_cli_mistakes_in_flags_and_config_are_reported_before_jax_starts(tmp_path, args, expected):
+  """A `jax` that cannot be imported shadows the real one: the error is the user's, one line."""
+  poisoned = tmp_path / "jax"
+  poisoned.mkdir()
+  (poisoned / "__init__.py").write_text("raise ImportError('jax was imported')\n")
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), REPO]))
+  result = subprocess.run([sys.executable, "-m", "transformer_jax.main",
+                           f"--workdir={tmp_path / 'run'}", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=60)
+  lines = result.stderr.strip().splitlines()
+  assert result.returncode == 2 and len(lines) == 1, result.stderr[-2000:]
+  assert lines[0].startswith("error:") and expected in lines[0], lines
+  assert not (tmp_path / "run").exists()

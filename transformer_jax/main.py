@@ -68,9 +68,6 @@ _PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index in 
 
 
 def main(argv):
-  # Imported here, not above: they import jax, and the entry point re-executes itself with its
-  # malloc settings (host_memory) before jax is loaded.
-  from transformer_jax import distributed  # pylint: disable=g-import-not-at-top
   mode, overrides = _MODE.value, errors.OVERRIDE_ARGS
   if len(argv) > 1:
     raise config_lib.ConfigError(f"unexpected arguments: {' '.join(argv[1:])}")
@@ -88,15 +85,14 @@ def main(argv):
                                  "checkpoint's config (override decode settings with --config.decode.*)")
   if _ENSEMBLE.value and mode not in ("eval", "translate"):
     raise config_lib.ConfigError(f"--ensemble is for --mode=eval or translate, not --mode={mode}")
-  distributed.enable_compilation_cache()
-  distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
+  # Flags and the config file are checked before JAX is imported: a mistake in them is reported
+  # at once, and the entry point re-executes itself with its malloc settings (host_memory)
+  # before JAX is loaded.
+  config = None
   if _BRANCH_FROM.value is not None:
     if mode != "train" or _CONFIG.value or _STEP.value is None:
       raise config_lib.ConfigError("--branch_from is for --mode=train, with --step and without "
                                    "--config (the branch keeps the source run's config)")
-    from transformer_jax import branch  # pylint: disable=g-import-not-at-top
-    config = branch.prepare(files_lib.resolve(_BRANCH_FROM.value), _STEP.value, workdir,
-                            overrides_lib.parse_overrides(overrides))
   elif mode in ("train", "vocab"):
     if _STEP.value is not None:
       raise config_lib.ConfigError(f"--step is not for --mode={mode} (training from a "
@@ -104,6 +100,15 @@ def main(argv):
     if _CONFIG.value is None:
       raise config_lib.ConfigError(f"--config is required for --mode={mode}")
     config = overrides_lib.load(_CONFIG.value, overrides)
+  elif mode == "eval":
+    splits, files = _eval_sets()
+  from transformer_jax import distributed  # pylint: disable=g-import-not-at-top
+  distributed.enable_compilation_cache()
+  distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
+  if _BRANCH_FROM.value is not None:
+    from transformer_jax import branch  # pylint: disable=g-import-not-at-top
+    config = branch.prepare(files_lib.resolve(_BRANCH_FROM.value), _STEP.value, workdir,
+                            overrides_lib.parse_overrides(overrides))
   if mode in ("train", "vocab"):
     from transformer_jax import train  # pylint: disable=g-import-not-at-top
     if mode == "train":
@@ -115,20 +120,7 @@ def main(argv):
     out = averaging.average_workdir(workdir, average, step=_STEP.value)
     print(f"averaged checkpoints written to {out}")
   elif mode == "eval":
-    if len(_SOURCE.value) != len(_REFERENCE.value):
-      raise config_lib.ConfigError(f"{len(_SOURCE.value)} --source but {len(_REFERENCE.value)} "
-                                   "--reference flags; give one --reference per --source")
-    tokenized = _TOKENIZED_REFERENCE.value
-    if tokenized and len(tokenized) != len(_SOURCE.value):
-      raise config_lib.ConfigError(f"{len(tokenized)} --tokenized_reference but "
-                                   f"{len(_SOURCE.value)} --source flags; give one per --source")
-    splits = _SPLIT.value if _SPLIT.value is not None else ([] if _SOURCE.value else ["test"])
-    for split in splits:
-      if split not in ("validation", "test"):
-        raise config_lib.ConfigError(f"--split={split}: expected validation or test (or give "
-                                     "--source/--reference files)")
     from transformer_jax import evaluate  # pylint: disable=g-import-not-at-top
-    files = list(zip(_SOURCE.value, _REFERENCE.value, tokenized or [""] * len(_SOURCE.value)))
     evaluate.evaluate_workdir(workdir, splits=splits, files=files,
                               average=average, step=_STEP.value, override_args=overrides,
                               bleu_sentences=_BLEU_SENTENCES.value, compare=_COMPARE.value,
@@ -139,6 +131,23 @@ def main(argv):
                               average=average, override_args=overrides,
                               ensemble=_ENSEMBLE.value)
 
+
+def _eval_sets():
+  """--mode=eval's configured splits and (source, reference, tokenized reference) files."""
+  if len(_SOURCE.value) != len(_REFERENCE.value):
+    raise config_lib.ConfigError(f"{len(_SOURCE.value)} --source but {len(_REFERENCE.value)} "
+                                 "--reference flags; give one --reference per --source")
+  tokenized = _TOKENIZED_REFERENCE.value
+  if tokenized and len(tokenized) != len(_SOURCE.value):
+    raise config_lib.ConfigError(f"{len(tokenized)} --tokenized_reference but "
+                                 f"{len(_SOURCE.value)} --source flags; give one per --source")
+  splits = _SPLIT.value if _SPLIT.value is not None else ([] if _SOURCE.value else ["test"])
+  for split in splits:
+    if split not in ("validation", "test"):
+      raise config_lib.ConfigError(f"--split={split}: expected validation or test (or give "
+                                   "--source/--reference files)")
+  files = list(zip(_SOURCE.value, _REFERENCE.value, tokenized or [""] * len(_SOURCE.value)))
+  return splits, files
 
 if __name__ == "__main__":
   host_memory.reexec_with_malloc_settings()  # before jax starts: no page faults per step on CPU
