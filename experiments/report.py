@@ -81,6 +81,23 @@ def _hparam(col, value) -> str:
   return f"{value:g}" if isinstance(value, float) else str(value)
 
 
+def bootstrap_lines(clear: list[dict]) -> list[str]:
+  """The clear BLEU rows read by the pooled paired bootstrap instead of the seed spread: a second
+  reading (it measures the dev set's sampling noise, and the seeds' only as far as pooling them
+  does), never the verdict."""
+  tested = [r for r in clear if r.get("p_value") is not None and r.get("bleu_delta") is not None]
+  if not tested:
+    return []
+  agree = [r for r in tested if r["p_value"] < verdicts.SIGNIFICANT
+           and (r["bleu_delta"] > 0) == (r["bleu_expected"] == "+")]
+  more = [f"{r['label']} (p {r['p_value']:.3f}, {r['bleu_verdict']} by the spread)"
+          for r in agree if r["bleu_verdict"] != "✓"]
+  return [f"  - By the paired bootstrap instead (p < {verdicts.SIGNIFICANT:g} in the paper's "
+          f"direction, seeds pooled: the dev set's sampling noise rather than the seeds'): {len(agree)} of {len(clear)} clear "
+          f"rows, {len(clear) - len(tested)} without a p-value" + (
+              "; beyond the spread's ✓: " + ", ".join(more) if more else "") + "."]
+
+
 def summary_lines(rows: list[dict]) -> list[str]:
   """The verdict counts for PPL and BLEU, the rows the paper calls unchanged, base's spread."""
   lines = []
@@ -93,6 +110,8 @@ def summary_lines(rows: list[dict]) -> list[str]:
         f"{clear:g}) move in the paper's direction beyond the seed spread; "
         f"{count('✗', clear_)} move the other way beyond it, {count('=', clear_)} stay within "
         f"it, {count('pending', clear_)} pending.")
+    if key == "bleu":
+      lines += bootstrap_lines(clear_)
     same = [r for r in rows if r["paper_unchanged"]]
     lines.append("  - Rows the paper calls unchanged (to stay within the spread): " + ("; ".join(
         f"{r['label']}: {r[f'{key}_verdict'] or '—'}" + (

@@ -29,6 +29,7 @@ from transformer_jax.data.trees import nltk  # loaded at the first tree (data/tr
 
 PPL_CLEAR = 0.2    # |ΔPPL| of the paper at or above which a row's direction is clear
 BLEU_CLEAR = 0.3   # the same for ΔBLEU
+SIGNIFICANT = 0.05  # the paired bootstrap's level, for the report's second reading of BLEU
 
 
 def expectation(paper_row, paper_base, clear: float):

@@ -265,6 +265,26 @@ def test_the_bleu_p_value_pools_the_seeds_both_ran():
   assert verdicts.p_value(good, {3: worse[0]}, refs) is None  # no seed in common
 
 
+def test_the_summary_reads_bleu_by_the_bootstrap_too_without_changing_the_verdicts():
+  """A second count of the clear BLEU rows: p < 0.05 in the paper's direction; the rows it adds
+  to the spread's ✓ are named; a significant move the other way or p >= 0.05 is not counted."""
+  def row(name, expected, delta, verdict, p):
+    return {"row": name, "label": name, "paper_unchanged": False, "paper_ppl": None,
+            "paper_bleu": 25.0, "paper_params_m": None, "seeds": [], "ppl_expected": None,
+            "ppl_verdict": "", "ppl_delta": None, "bleu_expected": expected, "bleu_delta": delta,
+            "bleu_noise": 0.9, "bleu_verdict": verdict, "p_value": p}
+  rows = [row("base", None, None, "", None), row("r1", "-", -1.5, "✓", 0.001),
+          row("r2", "-", -0.4, "=", 0.02), row("r3", "+", -0.4, "=", 0.01),
+          row("r4", "-", -0.3, "=", 0.2), row("r5", "+", None, "pending", None)]
+  lines = report.summary_lines(rows)
+  at = next(i for i, line in enumerate(lines) if line.startswith("- BLEU: 1 of 5 clear rows"))
+  assert lines[at + 1] == ("  - By the paired bootstrap instead (p < 0.05 in the paper's direction, "
+                      "seeds pooled: the dev set's sampling noise rather than the seeds'): 2 of 5 "
+                      "clear rows, 1 without a p-value; beyond the spread's ✓: r2 (p 0.020, = by "
+                      "the spread).")
+  assert [r["bleu_verdict"] for r in rows][1:] == ["✓", "=", "=", "=", "pending"]
+
+
 def test_a_parsers_p_value_is_the_bootstrap_of_bracket_f1():
   """Parser runs (their results carry F1) are compared on bracket F1 of their trees, not on the
   BLEU of tree strings."""
