@@ -93,9 +93,9 @@ def bootstrap_lines(clear: list[dict]) -> list[str]:
   more = [f"{r['label']} (p {r['p_value']:.3f}, {r['bleu_verdict']} by the spread)"
           for r in agree if r["bleu_verdict"] != "✓"]
   return [f"  - By the paired bootstrap instead (p < {verdicts.SIGNIFICANT:g} in the paper's "
-          f"direction, seeds pooled: the dev set's sampling noise rather than the seeds'): {len(agree)} of {len(clear)} clear "
-          f"rows, {len(clear) - len(tested)} without a p-value" + (
-              "; beyond the spread's ✓: " + ", ".join(more) if more else "") + "."]
+          "direction, seeds pooled: the dev set's sampling noise rather than the seeds'): "
+          f"{len(agree)} of {len(clear)} clear rows, {len(clear) - len(tested)} without a "
+          "p-value" + ("; beyond the spread's ✓: " + ", ".join(more) if more else "") + "."]
 
 
 def summary_lines(rows: list[dict]) -> list[str]:

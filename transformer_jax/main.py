@@ -149,6 +149,7 @@ def _eval_sets():
   files = list(zip(_SOURCE.value, _REFERENCE.value, tokenized or [""] * len(_SOURCE.value)))
   return splits, files
 
+
 if __name__ == "__main__":
   host_memory.reexec_with_malloc_settings()  # before jax starts: no page faults per step on CPU
   errors.run(main)
