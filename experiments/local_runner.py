@@ -72,13 +72,24 @@ def error_line(log_text: str, returncode: int) -> str:
   return (lines[-1] if lines else "") + f" (exit status {returncode})"
 
 
-def cpu_shares(parallel: int) -> list[list[int]]:
-  """This process's CPU cores in `parallel` contiguous shares (ConfigError if too few cores)."""
-  cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-  if parallel > 1 and len(cores) < parallel:
-    raise ConfigError(f"--parallel={parallel}: this process may use {len(cores) or 'an unknown number of'} "
+def cpu_shares(parallel: int, cores: str = "") -> list[list[int]]:
+  """This process's CPU cores, or the comma-separated `cores` of them (e.g. '0' beside another
+  sweep that keeps core 1), in `parallel` contiguous shares; ConfigError for too few cores or a
+  core this process may not use."""
+  mine = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+  chosen = mine
+  if cores:
+    chosen = []
+    for item in (t.strip() for t in cores.split(",")):
+      if not item.isdigit() or int(item) not in mine or int(item) in chosen:
+        raise ConfigError(f"--cores={cores}: {item!r} is not one of this process's cores, once "
+                          f"each (it may use {','.join(map(str, mine)) or 'an unknown set'})")
+      chosen.append(int(item))
+    chosen.sort()
+  if parallel > 1 and len(chosen) < parallel:
+    raise ConfigError(f"--parallel={parallel}: this process may use {len(chosen) or 'an unknown number of'} "
                       f"CPU cores; give at most one run per core")
-  return [cores[i * len(cores) // parallel:(i + 1) * len(cores) // parallel]
+  return [chosen[i * len(chosen) // parallel:(i + 1) * len(chosen) // parallel]
           for i in range(parallel)]
 
 

@@ -31,6 +31,8 @@ the CPU cores (XLA's Eigen pool off on a one-core share). Small models use two c
 Table 3's CPU scale two one-core runs side by side do 1.48x the steps per second of one
 two-core run (experiments/results/sweep_parallel.md). Each result records its share
 (`cpu_share`); the shared vocabulary is trained first, on every core (`--mode=vocab`).
+`--cores=0,1` limits a sweep to those cores (split by `--parallel`), pinning its runs even one at
+a time: e.g. `--cores=0` runs a second sweep on the core another leaves free.
 """
 
 from __future__ import annotations
@@ -79,6 +81,10 @@ _BASE_CONFIG = flags.DEFINE_string("base_config", "", "Run-config file replacing
 _BLEU_SENTENCES = flags.DEFINE_integer("bleu_sentences", -1, "Dev sentences for BLEU (0: all; -1: the scale's).")
 _PARALLEL = flags.DEFINE_integer("parallel", 1, "Runs at a time, each on its own share of this "
                                  "host's CPU cores (see the module docstring).", lower_bound=1)
+_CORES = flags.DEFINE_string("cores", "", "Comma-separated CPU cores this sweep's runs may use "
+                             "(default: all of this process's), split by --parallel; given, runs "
+                             "are pinned to them even one at a time, e.g. --cores=0 beside a sweep "
+                             "on core 1.")
 _ROW_TIMEOUT = flags.DEFINE_float("row_timeout_minutes", 0.0, "Stop a run's training after this long "
                                   "(checkpoint saved, recorded as unfinished; 0: no limit).")
 
@@ -189,9 +195,10 @@ def run_one(res: row_runs.Resolved, seed: int, out: str, results_dir: str, proto
 
 
 def run_sweep(runs: list[tuple[row_runs.Resolved, int]], out: str, results_dir: str,
-              protocols: dict[str, dict], *, log=print, parallel: int = 1, **run_args) -> list[dict]:
-  """Every (row, seed), `parallel` at a time (run_one's keyword arguments); a run's OSError is
-  recorded, the rest go on."""
+              protocols: dict[str, dict], *, log=print, parallel: int = 1, cores: str = "",
+              **run_args) -> list[dict]:
+  """Every (row, seed), `parallel` at a time on `cores` (--cores; run_one's keyword arguments);
+  a run's OSError is recorded, the rest go on."""
   os.makedirs(results_dir, exist_ok=True)
   start = time.time()
   lock, log_line = threading.Lock(), log
@@ -200,17 +207,21 @@ def run_sweep(runs: list[tuple[row_runs.Resolved, int]], out: str, results_dir: 
     with lock:
       log_line(line)
 
-  host = cpu_shares(parallel) if parallel > 1 else [None]  # None: every core
+  # None: every core; given --cores, runs are pinned to them even one at a time
+  host = cpu_shares(parallel, cores) if parallel > 1 or cores else [None]
+  every = sorted(sum(host, [])) if cores else None  # for the vocabulary and a lone first run
   todo = [i for i, (res, seed) in enumerate(runs)
           if not os.path.exists(_result_path(results_dir, res.row_id, seed))]
   if parallel > 1 and todo and not (run_args.get("eval_only") or STOP["requested"]):
-    prepare_vocab(*runs[todo[0]], out, run_args.get("runner", subprocess_runner), log)
+    runner = run_args.get("runner", subprocess_runner)
+    prepare_vocab(*runs[todo[0]], out, functools.partial(runner, cpus=every) if every else runner,
+                  log)
   # If that failed, the first run to do trains the vocabulary alone on every core (with the
   # finished ones before it, which it skips).
   first = (todo[0] + 1 if parallel > 1 and todo
            and not os.path.isdir(vocab_cache(out, runs[todo[0]][0].config)) else 0)
   shares = queue.Queue()
-  for share in [None] if first else host:
+  for share in [every] if first else host:
     shares.put(share)
 
   def one(i):
@@ -334,12 +345,13 @@ def main(argv):
                                                             "--launcher", "--commands_file"))]
     _print_commands(runs, out, _LAUNCHER.value, _COMMANDS_FILE.value, follow)
     return
-  cpu_shares(_PARALLEL.value)  # too many runs for this host's cores: one line, nothing written
+  cpu_shares(_PARALLEL.value, _CORES.value)  # too many runs for this host's cores: one line, nothing written
   _check_out(out, sweep.name, scale)
   signal.signal(signal.SIGTERM, forward_sigterm)
   try:
     run_sweep(runs, out, results_dir, protocols, eval_only=_EVAL_ONLY.value,
               timeout_s=_ROW_TIMEOUT.value * 60, parallel=_PARALLEL.value,
+              cores=_CORES.value,
               sweep_command="python -m experiments.run " + shlex.join(sys.argv[1:]))
   except KeyboardInterrupt:
     print("interrupted; rerun the same command to resume (finished runs are kept)", file=sys.stderr)

@@ -159,6 +159,21 @@ def test_parallel_runs_each_on_its_own_cores(table3, tmp_path):
     local_runner.cpu_shares(len(os.sched_getaffinity(0)) + 1)
 
 
+def test_a_sweep_given_cores_pins_its_runs_to_them(table3, tmp_path):
+  """--cores=K: one run at a time, each pinned to core K and recording it (a second sweep on the
+  core another leaves free); a core this process may not use, a repeat or a non-number: one line."""
+  core = max(os.sched_getaffinity(0))
+  fake = FakeCLI()
+  states = run_fake(table3, tmp_path / "out", tmp_path / "results", ["A_h1"], fake, cores=str(core))
+  assert [s["status"] for s in states] == ["done", "done"]
+  assert set(map(tuple, fake.cores.values())) == {(core,)}
+  assert json.load(open(tmp_path / "results" / "A_h1_seed1.json"))["cpu_share"] == [core]
+  assert local_runner.cpu_shares(1, f" {core}") == [[core]]
+  for bad in (str(core + 1), f"{core},{core}", "x"):
+    with pytest.raises(ConfigError, match=f"--cores={bad}: .* is not one of this process's cores"):
+      local_runner.cpu_shares(1, bad)
+
+
 def test_a_run_on_one_core_is_pinned_and_single_threaded(tmp_path):
   """subprocess_runner with cpus: the child inherits the calling thread's affinity and XLA's
   one-core flag; the caller's other threads keep every core."""

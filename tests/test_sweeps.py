@@ -314,7 +314,9 @@ def test_bad_seeds_and_parallel_on_the_command_line(tmp_path):
                      ("--base_seeds=0,-2", "--base_seeds=0,-2: '-2' is not a seed"),
                      ("--config.seed=4", "use --seeds=0,1 and --base_seeds=0,1,2"),
                      (f"--parallel={len(os.sched_getaffinity(0)) + 1}",
-                      "CPU cores; give at most one run per core")):
+                      "CPU cores; give at most one run per core"),
+                     (f"--cores={max(os.sched_getaffinity(0)) + 1}",
+                      "is not one of this process's cores, once each")):
     assert text in one_line_error(sweep_cli(f"--sweep={TABLE3}", "--scale=tiny", f"--out={out}",
                                         f"--results_dir={results}", flag))
   assert not out.exists() and not results.exists()
