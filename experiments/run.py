@@ -345,7 +345,7 @@ def main(argv):
                                                             "--launcher", "--commands_file"))]
     _print_commands(runs, out, _LAUNCHER.value, _COMMANDS_FILE.value, follow)
     return
-  cpu_shares(_PARALLEL.value, _CORES.value)  # too many runs for this host's cores: one line, nothing written
+  cpu_shares(_PARALLEL.value, _CORES.value)  # too many runs or bad cores: one line, nothing written
   _check_out(out, sweep.name, scale)
   signal.signal(signal.SIGTERM, forward_sigterm)
   try:
