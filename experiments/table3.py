@@ -22,12 +22,14 @@ long (18000, the paper's ratio), dev perplexity every 500 steps, BLEU on all 101
 39 runs (A h=16 and E, unchanged in the paper, one seed):
   python -m experiments.run --sweep=experiments/table3.py --scale=cpu_long \
       --out=workdirs/table3_cpu_long --parallel=2
-Expected: ~23 hours with `--parallel=2`; base dev perplexity ~7.5, still falling ~5.6% over
-the last quarter (the `cpu` report's convergence forecast, a fit of log PPL = a + b t^-c: < 3%
-would need ~12600 steps, ~44 hours), so the bar is that no verdict changes between two
-thirds of training and the end (the report shows both: PPL from the dev curve, BLEU from each
-run's checkpoint at two thirds, kept and evaluated at the end). Still pre-LN: post-LN base learned
-slower than pre-LN at every rate of the pilot (experiments/results/table3_postln_pilot.md).
+Expected (measured, experiments/results/table3_cpu_long.md): 73.5 train-hours, ~37 hours with
+`--parallel=2` on 2-core AMD EPYCs (big: 5.4 h a seed on a Zen 4, 12.3 h on a Zen 3); base dev
+perplexity 7.69, still falling 4.5% over the last quarter (its fit, log PPL = a + b t^-c, puts
+< 3% at ~9000 steps); PPL 8 of 11 clear rows agree, BLEU 6 of 15; so the bar is that no
+verdict changes between two thirds of training and the end (the report shows both: PPL from
+the dev curve, BLEU from each run's checkpoint at two thirds, kept and evaluated at the end).
+Still pre-LN: post-LN base learned slower than pre-LN at every rate of the pilot
+(experiments/results/table3_postln_pilot.md).
 
 Each row is the paper's base model with the row's changes (model widths in the paper's units;
 a scale shrinks d_model, d_k, d_v and d_ff by one factor, see experiments/sweeps.py). `paper`
