@@ -235,7 +235,8 @@ def report_markdown(sweep, scale_name: str, rows: list[dict], results: dict, rea
     lines += ["Not finished: " + "; ".join(problems) + ".", ""]
   other_scale = sweep.scales[scale_name].get("compare_with", "")
   other = os.path.join(os.path.dirname(stem), f"{sweep.name}_{other_scale}")
-  lines += ["## Summary", "", *summary_lines(rows), "",
+  summary = summary_lines(rows)
+  lines += [*(["## Summary", "", *summary, ""] if summary else []),
             *comparison_lines(rows, other_scale, results_files.read_json(other + ".json"),
                               os.path.basename(other) + ".md"),
             *(paper_table(rows, base, parsing) if has_paper(rows) else base_table(rows, base, parsing))]
@@ -250,7 +251,8 @@ def report_markdown(sweep, scale_name: str, rows: list[dict], results: dict, rea
             "minutes are wall-clock summed over the row's seeds (training including start-up and "
             "compilation, and any time a run was paused; evaluation: dev loss and beam search); "
             "s/step: the median logged window after the first (which holds the compilation), "
-            "mean over seeds.", ""]
+            "mean over seeds (a row whose seeds ran on different CPUs has none: its runs' are in "
+            "\"Every run\").", ""]
   lines.append(markdown.table(
       ["row"] + [HEADERS[c] for c in cols] + ["params", "seeds", "last quarter ΔPPL",
                                               "PPL vs base", "train min", "eval min", "s/step",
@@ -262,7 +264,8 @@ def report_markdown(sweep, scale_name: str, rows: list[dict], results: dict, rea
           f"{r['last_quarter']['mean']:+.1%} ({r['last_quarter']['min']:+.1%}–"
           f"{r['last_quarter']['max']:+.1%})", _gap_text(r["gap_to_base"]),
           _num(r["train_minutes"] or None, 1), _num(r["eval_minutes"] or None, 1),
-          _num(r["step_seconds"], 3), "; ".join([r["status"]] + r["problems"])] for r in rows]))
+          _num(r["step_seconds"], 3) if r["step_cpus"] <= 1 else f"({r['step_cpus']} CPUs)",
+          "; ".join([r["status"]] + r["problems"])] for r in rows]))
   lines += ["", "## Every run", ""]
   runs = [results.get(row["row"], {})[s] for row in rows for s in row["seeds"]]
   scored = (["F1", "P / R", "exact", "repaired"] if parsing else ["BLEU tok.", "sacreBLEU", "chrF"])

@@ -141,6 +141,7 @@ def summarize(sweep, results: dict, planned: dict[str, list[int]], references, s
     runs = results.get(r, {})
     seeds = sorted(runs)
     paper = sweep.rows[r].paper
+    cpus = {runs[s]["machine"]["cpu"] for s in seeds}
     row = {"row": r, "label": sweep.rows[r].label, "group": sweep.rows[r].group,
            "paper_ppl": paper.ppl if paper else None, "paper_bleu": paper.bleu if paper else None,
            "paper_params_m": paper.params_m if paper else None,
@@ -155,8 +156,11 @@ def summarize(sweep, results: dict, planned: dict[str, list[int]], references, s
                                    if runs[s].get("last_quarter")]),
            "train_minutes": sum(runs[s]["train_minutes"] for s in seeds),
            "eval_minutes": sum(runs[s]["eval_minutes"] for s in seeds),
+           # a step time compares only on one CPU: no mean over seeds that ran on several
+           "step_cpus": len(cpus),
            "step_seconds": spread([runs[s]["step_seconds"] for s in seeds
-                                   if runs[s].get("step_seconds")])["mean"],
+                                   if runs[s].get("step_seconds")])["mean"] if len(cpus) <= 1
+                           else None,
            "params": runs[seeds[0]]["params"] if seeds else None,
            "hparams": runs[seeds[0]]["hparams"] if seeds else {},
            "problems": [f"seed {s}: {st['status']}: {st['error']}" for (rr, s), st in

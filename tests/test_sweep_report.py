@@ -163,7 +163,7 @@ def test_the_verdict_at_two_thirds_of_training(table3):
   that overtakes base only in the last third has a verdict that is still moving."""
   run = lambda curve: {"dev_ppl": curve[-1][1], "bleu_tokenized": 20.0, "bleu": 20.0,  # noqa: E731
                        "dev_ppl_curve": curve, "train_minutes": 1.0, "eval_minutes": 1.0,
-                       "params": 1, "hparams": {}}
+                       "params": 1, "hparams": {}, "machine": {"cpu": "AMD EPYC", "cores": 2}}
   assert verdicts.ppl_at(run([[100, 9.0], [200, 8.0], [300, 7.0]]), verdicts.TWO_THIRDS) == 8.0
   base = {s: run([[100, 30.0], [200, 10.0 + s / 10], [300, 8.0 + s / 10]]) for s in range(3)}
   late = {s: run([[100, 30.0], [200, 9.0 + s / 10], [300, 9.0 + s / 10]]) for s in range(2)}  # C_N2: +
@@ -212,7 +212,8 @@ def test_the_bleu_verdict_at_two_thirds_comes_from_the_kept_checkpoint(table3, t
   assert "--step=1" in record["commands"]["eval_two_thirds"]
   run = lambda end, early: {"dev_ppl": 9.0, "bleu_tokenized": end, "bleu": end,  # noqa: E731
                             "two_thirds": {"bleu_tokenized": early}, "dev_ppl_curve": [],
-                            "train_minutes": 1.0, "eval_minutes": 1.0, "params": 1, "hparams": {}}
+                            "train_minutes": 1.0, "eval_minutes": 1.0, "params": 1, "hparams": {},
+                            "machine": {"cpu": "AMD EPYC", "cores": 2}}
   base = {s: run(20.0 + s / 10, 15.0 + s / 10) for s in range(3)}
   late = {s: run(18.0 + s / 10, 16.0 + s / 10) for s in range(2)}  # A h=1: BLEU below base's
   rows = {r["row"]: r for r in verdicts.summarize(
@@ -335,25 +336,29 @@ def test_a_sweep_the_paper_does_not_report_is_compared_with_base(tmp_path):
 
 def test_runs_on_other_cpus_are_told_apart_in_the_report(table3, tmp_path):
   """A sweep resumed on another machine: each run's CPU and s/step are in the per-run table (a
-  step time compares only on one CPU); a sweep on one CPU has no CPU column."""
+  step time compares only on one CPU), and a row whose seeds ran on different CPUs has no mean
+  s/step; a sweep on one CPU has no CPU column."""
   out, results = tmp_path / "sweep", tmp_path / "t3_tiny"
-  run_fake(table3, out, results, ["base", "A_h1"], FakeCLI(), seeds=(0,), base_seeds=(0,))
-  report_args = ("--report", f"--sweep={TABLE3}", "--scale=tiny", "--rows=base,A_h1", "--seeds=0",
-                 "--base_seeds=0", f"--results_dir={results}", f"--out={out}")
+  run_fake(table3, out, results, ["base", "A_h1"], FakeCLI(), seeds=(0, 1), base_seeds=(0,))
+  report_args = ("--report", f"--sweep={TABLE3}", "--scale=tiny", "--rows=base,A_h1",
+                 "--seeds=0,1", "--base_seeds=0", f"--results_dir={results}", f"--out={out}")
 
-  def every_run():
+  def sections():
     result = sweep_cli(*report_args)
     assert result.returncode == 0, result.stderr
     md = (tmp_path / "t3_tiny.md").read_text()
-    return md[md.index("## Every run"):]
+    ran = md[md.index("## What each row ran"):md.index("## Every run")]
+    return dict(zip(table_row(ran, "row"), table_row(ran, "A_h1")))["s/step"], md[md.index("## Every run"):]
 
-  runs = every_run()
+  row_step, runs = sections()
   assert "CPU" not in table_row(runs, "row") and "s/step" in table_row(runs, "row")
+  assert float(row_step) > 0
   path = results / "A_h1_seed0.json"
   record = json.loads(path.read_text())
   record["machine"]["cpu"], record["step_seconds"] = "Another CPU (family 6 model 143, AVX-512)", 0.87
   path.write_text(json.dumps(record))
-  runs = every_run()
+  row_step, runs = sections()
   cells = dict(zip(table_row(runs, "row"), table_row(runs, "A_h1")))
   assert (cells["CPU"], cells["s/step"]) == ("Another CPU (family 6 model 143, AVX-512)", "0.870")
   assert dict(zip(table_row(runs, "row"), table_row(runs, "base")))["CPU"] != cells["CPU"]
+  assert row_step == "(2 CPUs)"
