@@ -158,9 +158,8 @@ def summarize(sweep, results: dict, planned: dict[str, list[int]], references, s
            "eval_minutes": sum(runs[s]["eval_minutes"] for s in seeds),
            # a step time compares only on one CPU: no mean over seeds that ran on several
            "step_cpus": len(cpus),
-           "step_seconds": spread([runs[s]["step_seconds"] for s in seeds
-                                   if runs[s].get("step_seconds")])["mean"] if len(cpus) <= 1
-                           else None,
+           "step_seconds": None if len(cpus) > 1 else spread(
+               [runs[s]["step_seconds"] for s in seeds if runs[s].get("step_seconds")])["mean"],
            "params": runs[seeds[0]]["params"] if seeds else None,
            "hparams": runs[seeds[0]]["hparams"] if seeds else {},
            "problems": [f"seed {s}: {st['status']}: {st['error']}" for (rr, s), st in

@@ -348,7 +348,8 @@ def test_runs_on_other_cpus_are_told_apart_in_the_report(table3, tmp_path):
     assert result.returncode == 0, result.stderr
     md = (tmp_path / "t3_tiny.md").read_text()
     ran = md[md.index("## What each row ran"):md.index("## Every run")]
-    return dict(zip(table_row(ran, "row"), table_row(ran, "A_h1")))["s/step"], md[md.index("## Every run"):]
+    row_step = dict(zip(table_row(ran, "row"), table_row(ran, "A_h1")))["s/step"]
+    return row_step, md[md.index("## Every run"):]
 
   row_step, runs = sections()
   assert "CPU" not in table_row(runs, "row") and "s/step" in table_row(runs, "row")
