@@ -2,7 +2,7 @@
 benchmarks/__init__.py); writes OUT.json and OUT.md and prints the report."""
 
 if __name__ == "__main__":
-  from transformer_jax import host_memory  # pylint: disable=g-import-not-at-top
+  from transformer_jax.runtime import host_memory  # pylint: disable=g-import-not-at-top
   host_memory.reexec_with_malloc_settings()  # before jax: the steps are timed as main.py runs them
 
 import shlex
@@ -13,9 +13,11 @@ import time
 from absl import flags, logging
 import numpy as np
 
-from transformer_jax import errors, metrics
-from transformer_jax.config import ConfigError, ModelConfig
-from transformer_jax.overrides import parse_overrides
+from transformer_jax.runtime import cli
+from transformer_jax.training import metrics
+from transformer_jax.runtime.config import ModelConfig
+from transformer_jax.runtime.exceptions import ConfigError
+from transformer_jax.runtime.overrides import parse_overrides
 
 from benchmarks import decoding, input_pipeline, report, train_step
 
@@ -99,9 +101,9 @@ def run(override_args) -> dict:
 def main(argv):
   if len(argv) > 1:
     raise ConfigError(f"unexpected arguments {' '.join(argv[1:])}")
-  result = run(errors.OVERRIDE_ARGS)
+  result = run(cli.OVERRIDE_ARGS)
   report.write(result, report.markdown(result), _OUT.value)
 
 
 if __name__ == "__main__":
-  errors.run(main, verbosity=logging.WARNING)
+  cli.run(main, verbosity=logging.WARNING)

@@ -19,7 +19,7 @@ On a CPU it runs the same checks (useful to test the command; the numbers mean l
 """
 
 if __name__ == "__main__":
-  from transformer_jax import host_memory  # pylint: disable=g-import-not-at-top
+  from transformer_jax.runtime import host_memory  # pylint: disable=g-import-not-at-top
   host_memory.reexec_with_malloc_settings()
 
 import shlex
@@ -30,9 +30,12 @@ import jax
 import numpy as np
 from absl import flags, logging
 
-from transformer_jax import attention, errors, metrics, sharding, step
-from transformer_jax.config import ConfigError, ModelConfig, validate
-from transformer_jax.overrides import load
+from transformer_jax.model import attention, sharding
+from transformer_jax.runtime import cli
+from transformer_jax.training import metrics, step
+from transformer_jax.runtime.config import ModelConfig, validate
+from transformer_jax.runtime.exceptions import ConfigError
+from transformer_jax.runtime.overrides import load
 
 from benchmarks import report, train_step
 
@@ -160,10 +163,10 @@ def markdown(r: dict) -> str:
 def main(argv):
   if len(argv) > 1:
     raise ConfigError(f"unexpected arguments {' '.join(argv[1:])}")
-  result = run(errors.OVERRIDE_ARGS)
+  result = run(cli.OVERRIDE_ARGS)
   report.write(result, markdown(result), FLAGS.out)
 
 
 if __name__ == "__main__":
   define_flags()
-  errors.run(main, verbosity=logging.WARNING)
+  cli.run(main, verbosity=logging.WARNING)

@@ -19,11 +19,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from transformer_jax import decode
-from transformer_jax.config import ModelConfig
-from transformer_jax.markdown import table
-from transformer_jax.model import Transformer
-from transformer_jax.special_ids import EOS_ID, PAD_ID
+from transformer_jax.decoding import decode
+from transformer_jax.runtime.config import ModelConfig
+from transformer_jax.runtime.markdown import table
+from transformer_jax.model.transformer import Transformer
+from transformer_jax.runtime.special_ids import EOS_ID, PAD_ID
 
 from benchmarks import train_step
 

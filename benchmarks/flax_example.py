@@ -29,9 +29,10 @@ import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
 
-from transformer_jax.config import ConfigError, ModelConfig
-from transformer_jax.positional import sinusoidal_table
-from transformer_jax.special_ids import EOS_ID
+from transformer_jax.runtime.config import ModelConfig
+from transformer_jax.runtime.exceptions import ConfigError
+from transformer_jax.model.positional import sinusoidal_table
+from transformer_jax.runtime.special_ids import EOS_ID
 
 FLAX_EOS_ID = 2  # their decode.EOS_ID
 FLAX_WMT_DIR = flags.DEFINE_string("flax_wmt_dir", None,

@@ -15,11 +15,11 @@ credited the same model FLOPs against the same peak. After compiling and warm-up
 in rounds of one step of each side in turn (`train_step.time_interleaved`); both run with the
 same process settings (this entry point re-executes itself with `host_memory.MALLOC_SETTINGS`).
 With `--flax_unrolled_variant`, flax's step is compiled once more after ours has registered the
-unrolled threefry lowering (`transformer_jax/rng.py`), for reference.
+unrolled threefry lowering (`transformer_jax/runtime/rng.py`), for reference.
 """
 
 if __name__ == "__main__":
-  from transformer_jax import host_memory  # pylint: disable=g-import-not-at-top
+  from transformer_jax.runtime import host_memory  # pylint: disable=g-import-not-at-top
   host_memory.reexec_with_malloc_settings()  # the same process settings for both steps
 
 import functools
@@ -35,11 +35,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from transformer_jax import errors, metrics, rng
-from transformer_jax.config import ModelConfig
-from transformer_jax.overrides import parse_overrides
-from transformer_jax.markdown import table
-from transformer_jax.special_ids import PAD_ID
+from transformer_jax.runtime import cli, rng
+from transformer_jax.training import metrics
+from transformer_jax.runtime.config import ModelConfig
+from transformer_jax.runtime.overrides import parse_overrides
+from transformer_jax.runtime.markdown import table
+from transformer_jax.runtime.special_ids import PAD_ID
 
 from benchmarks import flax_example, report, train_step
 
@@ -51,7 +52,7 @@ _STEPS = flags.DEFINE_integer("steps", 5, "rounds of timed steps (one step of ea
 _WARMUP = flags.DEFINE_integer("warmup", 1, "untimed steps after compiling", lower_bound=0)
 _FLAX_UNROLLED = flags.DEFINE_bool(
     "flax_unrolled_variant", True, "also time flax's step compiled with the unrolled threefry "
-    "lowering that ours registers (transformer_jax/rng.py), for reference")
+    "lowering that ours registers (transformer_jax/runtime/rng.py), for reference")
 _OUT = flags.DEFINE_string("out", "experiments/results/bench_flax_wmt",
                            "writes OUT.json and OUT.md ('' to write nothing)")
 
@@ -151,7 +152,7 @@ def markdown(r: dict) -> str:
                  f"{o['mfu']:.1%}", *flax_example.speedup_cells(o)])
     if u:
       notes += [f"{e['shape']}, for reference: flax's step compiled with the unrolled threefry "
-                "lowering that our step registers (`transformer_jax/rng.py`; theirs as shipped "
+                "lowering that our step registers (`transformer_jax/runtime/rng.py`; theirs as shipped "
                 f"uses jax's rolled CPU loops): {u['step_s']['median']:.3f} s/step, "
                 f"{u['target_tokens_per_s']:.0f} tok/s, MFU {u['mfu']:.1%}; ours is "
                 f"{o['target_tokens_per_s'] / u['target_tokens_per_s']:.2f}x that.", ""]
@@ -174,11 +175,11 @@ def markdown(r: dict) -> str:
 
 def main(argv):
   folder = flax_example.check_command_line(argv)
-  overrides = dict(FLAX_DROPOUT, **parse_overrides(errors.OVERRIDE_ARGS))
+  overrides = dict(FLAX_DROPOUT, **parse_overrides(cli.OVERRIDE_ARGS))
   r = run(folder, _SHAPES.value, _STEPS.value, _WARMUP.value, overrides, _FLAX_UNROLLED.value,
           shlex.join(["python", "-m", "benchmarks.flax_wmt", *sys.argv[1:]]))
   report.write(r, markdown(r), _OUT.value)
 
 
 if __name__ == "__main__":
-  errors.run(main, verbosity=logging.WARNING)
+  cli.run(main, verbosity=logging.WARNING)

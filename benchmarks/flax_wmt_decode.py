@@ -23,7 +23,7 @@ same process settings (this entry point re-executes itself with `host_memory.MAL
 """
 
 if __name__ == "__main__":
-  from transformer_jax import host_memory  # pylint: disable=g-import-not-at-top
+  from transformer_jax.runtime import host_memory  # pylint: disable=g-import-not-at-top
   host_memory.reexec_with_malloc_settings()  # the same process settings for both sides
 
 import functools
@@ -40,13 +40,16 @@ from absl import flags, logging
 from flax import jax_utils
 from flax.training import common_utils
 
-from transformer_jax import decode, errors, trained
-from transformer_jax.config import ConfigError, ModelConfig
+from transformer_jax.decoding import decode
+from transformer_jax.inference import trained
+from transformer_jax.runtime import cli
+from transformer_jax.runtime.config import ModelConfig
+from transformer_jax.runtime.exceptions import ConfigError
 from transformer_jax.data import sources, tokenizer
-from transformer_jax.markdown import table
-from transformer_jax.model import Transformer, unstack_layers
-from transformer_jax.special_ids import EOS_ID
-from transformer_jax.translate import Translator
+from transformer_jax.runtime.markdown import table
+from transformer_jax.model.transformer import Transformer, unstack_layers
+from transformer_jax.runtime.special_ids import EOS_ID
+from transformer_jax.inference.translate import Translator
 
 from benchmarks import decoding, flax_example, report, train_step
 from benchmarks.flax_example import swap_eos
@@ -244,4 +247,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  errors.run(main, verbosity=logging.WARNING)
+  cli.run(main, verbosity=logging.WARNING)

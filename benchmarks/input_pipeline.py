@@ -17,10 +17,11 @@ import os
 import time
 from typing import Sequence
 
-from transformer_jax.config import DATA_DIR_ENV, ConfigError, default_config
+from transformer_jax.runtime.config import DATA_DIR_ENV, default_config
+from transformer_jax.runtime.exceptions import ConfigError
 from transformer_jax.data import batching, pipeline, sources, token_cache, tokenizer
-from transformer_jax.markdown import table
-from transformer_jax.special_ids import PAD_ID
+from transformer_jax.runtime.markdown import table
+from transformer_jax.runtime.special_ids import PAD_ID
 
 CORPORA = {
     # name: (local_corpus, files (train, dev, test), eval_data_dir, vocab, max_len)

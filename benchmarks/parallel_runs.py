@@ -23,9 +23,9 @@ from concurrent import futures
 from absl import flags
 
 from experiments import local_runner, row_runs, sweeps
-from transformer_jax.config import ConfigError
-from transformer_jax.markdown import table
-from transformer_jax.overrides import REPO, load_config_file
+from transformer_jax.runtime.exceptions import ConfigError
+from transformer_jax.runtime.markdown import table
+from transformer_jax.runtime.overrides import REPO, load_config_file
 
 from benchmarks import report
 

@@ -18,11 +18,13 @@ import jax
 import ml_collections
 import numpy as np
 
-from transformer_jax import attention, metrics, sharding, step
-from transformer_jax.config import ConfigError, ModelConfig, validate
-from transformer_jax.markdown import table
-from transformer_jax.overrides import REPO, apply_overrides, load_config_file
-from transformer_jax.special_ids import EOS_ID, PAD_ID
+from transformer_jax.model import attention, sharding
+from transformer_jax.training import metrics, step
+from transformer_jax.runtime.config import ModelConfig, validate
+from transformer_jax.runtime.exceptions import ConfigError
+from transformer_jax.runtime.markdown import table
+from transformer_jax.runtime.overrides import REPO, apply_overrides, load_config_file
+from transformer_jax.runtime.special_ids import EOS_ID, PAD_ID
 
 from benchmarks import hlo_profile
 

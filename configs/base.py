@@ -9,7 +9,7 @@ of ~25000 source + ~25000 target tokens: 12 hours on 8 NVIDIA P100 GPUs in the p
 Parameters: 63.0M counted here (paper: 65M) at a 37000-piece shared vocabulary.
 """
 
-from transformer_jax.config import default_config
+from transformer_jax.runtime.config import default_config
 
 
 def get_config():

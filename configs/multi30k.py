@@ -53,7 +53,7 @@ Unchanged: post-LN, sinusoidal positions, tied embeddings x sqrt(d_model), Adam(
 with the inverse-square-root schedule, label smoothing 0.1, beam 4.
 """
 
-from transformer_jax.config import default_config
+from transformer_jax.runtime.config import default_config
 
 
 VARIANTS = ("", "full", "short", "fast_cpu")  # "" and "full": the recipe itself

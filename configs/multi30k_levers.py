@@ -19,8 +19,8 @@ Deviations from the paper, and why (configs/multi30k.py gives the measurements):
 - decode alpha 0.6 (the paper's): the levers were scored with it.
 """
 
-from transformer_jax.config import default_config
-from transformer_jax.overrides import apply_overrides
+from transformer_jax.runtime.config import default_config
+from transformer_jax.runtime.overrides import apply_overrides
 
 SETTINGS = {
     "data.dataset": "local", "data.local_corpus": "multi30k", "data.source_lang": "en",

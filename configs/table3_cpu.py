@@ -25,8 +25,8 @@ Deviations from the paper, and why:
   the global gradient norm clipped to 1, `long_warmup` the `cpu` peak 3.1e-3 reached at step 1600.
 """
 
-from transformer_jax.config import default_config
-from transformer_jax.overrides import apply_overrides
+from transformer_jax.runtime.config import default_config
+from transformer_jax.runtime.overrides import apply_overrides
 
 # The `cpu` scale's base row, every key that can change a result (as its results record it).
 CPU = {

@@ -6,7 +6,7 @@ It learns Multi30k only a little (it is 2 layers of width 64); use configs/multi
 train a real model on this machine.
 """
 
-from transformer_jax.config import default_config
+from transformer_jax.runtime.config import default_config
 
 
 def get_config():

@@ -24,8 +24,8 @@ result keeps its command. Deviations from the paper's base model, and why:
 - dropout keys from the `rbg` generator (faster on CPU, the default when this was measured).
 """
 
-from transformer_jax.config import default_config
-from transformer_jax.overrides import apply_overrides
+from transformer_jax.runtime.config import default_config
+from transformer_jax.runtime.overrides import apply_overrides
 
 SETTINGS = {
     "data.dataset": "local", "data.local_corpus": "wmt-news",

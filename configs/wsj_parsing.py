@@ -43,7 +43,7 @@ Deviations of the sample variant only, for 3396 training trees and 2 shared CPU 
 - stops after 50 minutes of training (`train.max_train_minutes`).
 """
 
-from transformer_jax.config import default_config
+from transformer_jax.runtime.config import default_config
 
 VARIANTS = ("", "sample", "pilot")
 

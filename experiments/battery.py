@@ -24,9 +24,9 @@ from absl import flags
 
 from experiments.battery_cases import REFUSALS, Run, tiny_flags
 from experiments.battery_faults import FAULTS
-from transformer_jax import errors, markdown
-from transformer_jax.config import ConfigError
-from transformer_jax.overrides import REPO
+from transformer_jax.runtime import cli, markdown
+from transformer_jax.runtime.exceptions import ConfigError
+from transformer_jax.runtime.overrides import REPO
 
 _ONLY = flags.DEFINE_list("only", [], "Run only these cases (names as in the table).")
 _KEEP = flags.DEFINE_bool("keep", False, "Keep the scratch folder (its path is printed).")
@@ -127,4 +127,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  errors.run(main)
+  cli.run(main)

@@ -18,8 +18,8 @@ import sys
 import time
 from typing import Callable
 
-from transformer_jax import metrics
-from transformer_jax.overrides import REPO
+from transformer_jax.training import metrics
+from transformer_jax.runtime.overrides import REPO
 
 TRACEBACK_MARKS = ("Traceback", "Event loop is closed", "IndexError", "FileExistsError")
 TINY = "<tiny flags>"  # in a refusal's arguments: tests/common.py's TINY_CLI_FLAGS

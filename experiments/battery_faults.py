@@ -16,8 +16,8 @@ import time
 from experiments.battery_cases import (_cli, _env, _finish, _garble, _metric_steps,
                                        _result, _skipped, _start, _steps, _tmpfs_copy,
                                        _train_cmd, _tree, _trained, _wait_for, _with_vocab, run)
-from transformer_jax import metrics
-from transformer_jax.overrides import REPO
+from transformer_jax.training import metrics
+from transformer_jax.runtime.overrides import REPO
 
 FAULTS: list[tuple[str, str, object]] = []  # (name, expectation, function(scratch) -> result)
 

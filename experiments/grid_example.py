@@ -4,7 +4,7 @@
   python -m experiments.run --sweep=experiments/grid_example.py --scale=cpu --out=runs/grid \
       --rows='base,h4_*'
 
-Any keys of the run config (transformer_jax/config.py) can be swept: each row is one
+Any keys of the run config (transformer_jax/runtime/config.py) can be swept: each row is one
 combination, applied on top of the reference (the paper's base model) like a Table 3 row, so
 the same scales apply (widths such as d_k in paper units, shrunk by the scale's factor: d_k 32
 and 64 run as 8 and 16 at --scale=cpu). `fixed` keys go into every row of a grid, `tied` keys

@@ -16,9 +16,9 @@ import sys
 import threading
 
 from experiments import row_runs
-from transformer_jax import files
-from transformer_jax.config import ConfigError
-from transformer_jax.overrides import REPO
+from transformer_jax.runtime import files
+from transformer_jax.runtime.exceptions import ConfigError
+from transformer_jax.runtime.overrides import REPO
 
 _CHILD: set = set()            # the running subprocesses, for SIGTERM forwarding
 _CHILD_LOCK = threading.Lock()

@@ -1,4 +1,4 @@
-"""Cross-checks transformer_jax/parseval.py against PYEVALB (PyPI `PYEVALB` 0.1.3, a Python EVALB).
+"""Cross-checks transformer_jax/tasks/parsing/parseval.py against PYEVALB (PyPI `PYEVALB` 0.1.3, a Python EVALB).
 
   pip install PYEVALB==0.1.3
   TRANSFORMER_JAX_DATA_DIR=../shared/data python -m experiments.parseval_crosscheck
@@ -19,8 +19,8 @@ import random
 import nltk
 from PYEVALB import scorer as pyevalb_scorer
 
-from transformer_jax import parseval
-from transformer_jax.data import trees
+from transformer_jax.tasks.parsing import parseval
+from transformer_jax.tasks.parsing import trees
 
 
 def _conventions_applied(tree: nltk.Tree, deleted: list[bool]) -> nltk.Tree | None:

@@ -30,8 +30,8 @@ import sys
 from absl import app, flags
 
 from experiments import results_files, row_runs, sweeps
-from transformer_jax.config import ConfigError
-from transformer_jax.overrides import REPO, load, parse_overrides
+from transformer_jax.runtime.exceptions import ConfigError
+from transformer_jax.runtime.overrides import REPO, load, parse_overrides
 
 _RESULTS = flags.DEFINE_string("results", os.path.join(REPO, "experiments", "results"),
                                "Folder of committed results (its archive/ is skipped).")

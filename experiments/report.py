@@ -22,8 +22,8 @@ import json
 import os
 
 from experiments import plots, results_files, verdicts
-from transformer_jax import markdown
-from transformer_jax.overrides import REPO
+from transformer_jax.runtime import markdown
+from transformer_jax.runtime.overrides import REPO
 
 TOLERANCE_M = 3.0  # paper-scale parameter counts must match the paper within this (millions)
 

@@ -31,8 +31,9 @@ import sys
 from absl import flags
 
 from experiments import plots, results_files, row_runs
-from transformer_jax import errors, markdown, metrics, workdir as workdir_lib
-from transformer_jax.config import ConfigError
+from transformer_jax.runtime import cli, markdown
+from transformer_jax.training import metrics, workdir as workdir_lib
+from transformer_jax.runtime.exceptions import ConfigError
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The trained workdir.", required=True)
 _NAME = flags.DEFINE_string("name", None, "Results file stem.", required=True)
@@ -150,8 +151,8 @@ def main(argv):
   if reach and not _CURVE_TEST.value:
     raise ConfigError("--reach needs --curve_test (the wall time is read off the test curve)")
   import jax  # pylint: disable=g-import-not-at-top
-  from transformer_jax import checkpoint  # pylint: disable=g-import-not-at-top
-  from transformer_jax.translate import Translator  # pylint: disable=g-import-not-at-top
+  from transformer_jax.training import checkpoint  # pylint: disable=g-import-not-at-top
+  from transformer_jax.inference.translate import Translator  # pylint: disable=g-import-not-at-top
 
   workdir = os.path.abspath(_WORKDIR.value)
   ckpt_dir = checkpoint.checkpoint_dir(workdir)
@@ -263,4 +264,4 @@ def report_markdown(r: dict) -> str:
 
 
 if __name__ == "__main__":
-  errors.run(main)
+  cli.run(main)

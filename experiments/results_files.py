@@ -17,10 +17,11 @@ import platform
 import re
 
 from experiments import row_runs
-from transformer_jax import files, metrics
-from transformer_jax.config import ConfigError
+from transformer_jax.runtime import files
+from transformer_jax.training import metrics
+from transformer_jax.runtime.exceptions import ConfigError
 from transformer_jax.data import tokenizer
-from transformer_jax.overrides import REPO, schema_default
+from transformer_jax.runtime.overrides import REPO, schema_default
 
 _RESULT_NAME = re.compile(r"^(?P<row>.+)_seed(?P<seed>\d+)\.json$")
 
@@ -229,8 +230,8 @@ def build_result(res: row_runs.Resolved, seed: int, protocol: dict, workdir: str
                  early: dict | None = None) -> dict:
   """The committed record of one finished (row, seed); `early`: the evaluation of its checkpoint
   at two thirds of training, where the scale asks for one."""
-  from transformer_jax.config import ModelConfig  # pylint: disable=g-import-not-at-top
-  from transformer_jax.params import count_params  # pylint: disable=g-import-not-at-top
+  from transformer_jax.runtime.config import ModelConfig  # pylint: disable=g-import-not-at-top
+  from transformer_jax.tools.params import count_params  # pylint: disable=g-import-not-at-top
   curve = dev_curve(workdir)
   train = metrics.read_rows(workdir, "train")
   vocab = tokenizer.load_tokenizer(workdir)

@@ -2,7 +2,7 @@
 
 A row at a scale (`resolve`) is: the scale's config file <- the scale's overrides <- the
 reference and the row's overrides (widths scaled) <- the user's `--config.*` overrides, validated
-with the run-config schema (`transformer_jax.config.validate`, tensor-parallel/FSDP
+with the run-config schema (`transformer_jax.runtime.config.validate`, tensor-parallel/FSDP
 divisibility included) and the row's `same_width`. Its `overrides` are exactly the keys that
 differ from the config file, so the training command built from them (`train_command`: the CLI,
 launch/slurm.sbatch or launch/tpu_vm.sh) trains the same config. Its `protocol` is what makes
@@ -21,8 +21,9 @@ from typing import Any
 import ml_collections
 
 from experiments.sweeps import COLUMNS, DIM_KEYS, row_ids
-from transformer_jax.config import ConfigError, did_you_mean, validate
-from transformer_jax.overrides import apply_overrides, load_config_file
+from transformer_jax.runtime.config import did_you_mean, validate
+from transformer_jax.runtime.exceptions import ConfigError
+from transformer_jax.runtime.overrides import apply_overrides, load_config_file
 
 LAUNCHERS = ("local", "slurm", "tpu_vm")
 

@@ -56,9 +56,10 @@ from experiments import report, results_files, row_runs, sweeps
 from experiments.local_runner import (STOP, cpu_shares, forward_sigterm, latest_step,
                                       prepare_vocab, run_workdir, share_vocab,
                                       subprocess_runner, training_done, vocab_cache)
-from transformer_jax import errors, workdir as workdir_lib
-from transformer_jax.config import ConfigError
-from transformer_jax.overrides import REPO, parse_overrides
+from transformer_jax.runtime import cli
+from transformer_jax.training import workdir as workdir_lib
+from transformer_jax.runtime.exceptions import ConfigError
+from transformer_jax.runtime.overrides import REPO, parse_overrides
 
 _SWEEP = flags.DEFINE_string("sweep", None, "Sweep file, e.g. experiments/table3.py.")
 _SCALE = flags.DEFINE_string("scale", "cpu", "Scale the rows are run at (paper, small, cpu, tiny).")
@@ -310,7 +311,7 @@ def plan(sweep, scale_name: str, rows: list[str], user_overrides: dict, base_con
 def main(argv):
   if len(argv) > 1:
     raise ConfigError(f"unexpected arguments: {' '.join(argv[1:])}")
-  user_overrides = parse_overrides(errors.OVERRIDE_ARGS)
+  user_overrides = parse_overrides(cli.OVERRIDE_ARGS)
   sweep = sweeps.load_sweep(_SWEEP.value)
   if _PARAMS.value:
     print(report.params_markdown(sweep), end="")
@@ -363,4 +364,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  errors.run(main)
+  cli.run(main)

@@ -7,7 +7,7 @@ returns a ConfigDict built with `new_sweep`, `add_row`, `add_grid` and `scale`:
   `PAPER_BASE`, the paper's base model: N=6, d_model 512, d_ff 2048, h=8, d_k=d_v=64,
   P_drop 0.1, eps_ls 0.1, sinusoids, 100k steps);
 - `rows`: one ConfigDict per row (keyed by an identifier, ordered by `index`): `overrides`, a
-  partial run config (any keys of `transformer_jax.config.default_config()`, model widths in
+  partial run config (any keys of `transformer_jax.runtime.config.default_config()`, model widths in
   paper units), `label`, `group`, `same_width` (the row keeps h*d_k = h*d_v = d_model, as the
   paper's base, A and C-d_model rows and big do: checked after all overrides), and `paper`, the
   values the paper reports for it (None where its table leaves the cell blank);
@@ -30,8 +30,9 @@ from typing import Any
 
 import ml_collections
 
-from transformer_jax.config import ConfigError, did_you_mean
-from transformer_jax.overrides import load_config_file, load_python_file, split_variant
+from transformer_jax.runtime.config import did_you_mean
+from transformer_jax.runtime.exceptions import ConfigError
+from transformer_jax.runtime.overrides import load_config_file, load_python_file, split_variant
 
 # The paper's base model (Table 3 row 'base'), the reference rows override.
 PAPER_BASE = {

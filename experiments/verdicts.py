@@ -24,8 +24,9 @@ import statistics
 import numpy as np
 
 from experiments import row_runs, sweeps
-from transformer_jax.config import ConfigError, ModelConfig
-from transformer_jax.data.trees import nltk  # loaded at the first tree (data/trees.py)
+from transformer_jax.runtime.config import ModelConfig
+from transformer_jax.runtime.exceptions import ConfigError
+from transformer_jax.tasks.parsing.trees import nltk  # loaded at the first tree (data/trees.py)
 
 PPL_CLEAR = 0.2    # |ΔPPL| of the paper at or above which a row's direction is clear
 BLEU_CLEAR = 0.3   # the same for ΔBLEU
@@ -94,7 +95,8 @@ def p_value(base: dict[int, dict], row: dict[int, dict], references: list[str]):
   pooled over the seeds both ran (`base`, `row`: seed -> result): each seed's outputs for the
   same dev sentences, concatenated, row seed k against base seed k; None without a seed in
   common."""
-  from transformer_jax import bleu, parseval  # pylint: disable=g-import-not-at-top
+  from transformer_jax.tasks import bleu  # pylint: disable=g-import-not-at-top
+  from transformer_jax.tasks.parsing import parseval
   seeds = sorted(set(base) & set(row))
   if not references or not seeds or any(
       len(r[s]["hypotheses"]) != len(references) for r in (base, row) for s in seeds):
@@ -118,7 +120,7 @@ def paper_params_table(sweep) -> list[dict]:
   if "paper" not in sweep.scales:
     raise ConfigError(f"the sweep '{sweep.name}' has no 'paper' scale to count its rows at (its "
                       f"scales: {', '.join(sweep.scales.keys())})")
-  from transformer_jax.params import count_params  # pylint: disable=g-import-not-at-top
+  from transformer_jax.tools.params import count_params  # pylint: disable=g-import-not-at-top
   table = []
   for r in sweeps.row_ids(sweep):
     res = row_runs.resolve(sweep, r, "paper")

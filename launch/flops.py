@@ -3,7 +3,7 @@
   python -m launch.flops                      # the tables of docs/scaling.md
   python -m launch.flops --mfu=0.3 --length=48
 
-FLOPs come from `transformer_jax.metrics.train_flops` (3x the forward matmul FLOPs, padding
+FLOPs come from `transformer_jax.training.metrics.train_flops` (3x the forward matmul FLOPs, padding
 included) for a step of `--tokens` source and as many target tokens in rows of `--length`.
 Projected step time = matmul time at `--mfu` + the data-parallel gradient all-reduce (float32,
 ring: 2 (n-1)/n bytes per byte of gradient) at the stated bus bandwidth, not overlapped: a
@@ -16,11 +16,12 @@ import dataclasses
 
 from absl import flags
 
-from transformer_jax import errors, markdown
-from transformer_jax.config import ConfigError, ModelConfig
-from transformer_jax.metrics import train_flops
-from transformer_jax.overrides import load_config_file
-from transformer_jax.params import count_params
+from transformer_jax.runtime import cli, markdown
+from transformer_jax.runtime.config import ModelConfig
+from transformer_jax.runtime.exceptions import ConfigError
+from transformer_jax.training.metrics import train_flops
+from transformer_jax.runtime.overrides import load_config_file
+from transformer_jax.tools.params import count_params
 
 _TOKENS = flags.DEFINE_integer("tokens", 25_000, "Tokens per side per step.", lower_bound=1)
 _LENGTH = flags.DEFINE_integer("length", 32, "Padded row length.", lower_bound=1)
@@ -117,4 +118,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  errors.run(main)
+  cli.run(main)

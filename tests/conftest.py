@@ -22,7 +22,7 @@ import shutil
 import tempfile
 
 from tests.common import SUITE_XLA_FLAGS, xla_flags
-from transformer_jax import distributed
+from transformer_jax.runtime import distributed
 
 _OWNED = "_TRANSFORMER_JAX_TEST_JIT_CACHE_OWNER"
 

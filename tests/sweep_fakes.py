@@ -11,7 +11,7 @@ import time
 
 from experiments import local_runner, run
 from tests.common import REPO, xla_flags
-from transformer_jax import workdir as workdir_lib
+from transformer_jax.training import workdir as workdir_lib
 from transformer_jax.data import tokenizer
 
 TABLE3 = "experiments/table3.py"

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from benchmarks import accelerator
-from transformer_jax.overrides import load
+from transformer_jax.runtime.overrides import load
 
 from tests.common import REPO
 

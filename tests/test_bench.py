@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from benchmarks import flax_example, hlo_profile, input_pipeline, train_step
-from transformer_jax import metrics
-from transformer_jax.config import ConfigError, ModelConfig
+from transformer_jax.training import metrics
+from transformer_jax.runtime.config import ModelConfig
+from transformer_jax.runtime.exceptions import ConfigError
 
 from tests.common import REPO
 
@@ -262,7 +263,7 @@ def _tiny_pre_ln_params(**changes):
   import flax.linen as nn  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from transformer_jax.model import Transformer  # pylint: disable=g-import-not-at-top
+  from transformer_jax.model.transformer import Transformer  # pylint: disable=g-import-not-at-top
   cfg = ModelConfig(vocab_size=12, d_model=8, num_heads=2, d_k=4, d_v=4, d_ff=16,
                     num_encoder_layers=1, num_decoder_layers=1, max_len=16, pre_ln=True)
   cfg = cfg.replace(**changes)

@@ -7,8 +7,9 @@ import sys
 import pytest
 
 from tests.common import REPO
-from transformer_jax import overrides
-from transformer_jax.config import ConfigError, default_config, validate
+from transformer_jax.runtime import overrides
+from transformer_jax.runtime.config import default_config, validate
+from transformer_jax.runtime.exceptions import ConfigError
 
 
 @pytest.mark.parametrize("mesh,model,match", [
@@ -42,7 +43,7 @@ def test_widths_that_split_evenly_pass(mesh, model):
 
 def test_sharded_dims_follow_the_sharding_rules():
   """config.SHARDED_DIMS restates which widths sharding.LOGICAL_RULES splits; they must agree."""
-  from transformer_jax import sharding  # pylint: disable=g-import-not-at-top
+  from transformer_jax.model import sharding  # pylint: disable=g-import-not-at-top
   width_of = {"vocab": "vocab_size", "heads": "num_heads", "mlp": "d_ff", "embed": "d_model",
               "kv": "d_k", "pos": "max_len"}
   split = {}
@@ -51,7 +52,7 @@ def test_sharded_dims_follow_the_sharding_rules():
     for axis in axes:
       if axis in ("tensor", "fsdp") and logical in width_of:
         split.setdefault(axis, set()).add(width_of[logical])
-  from transformer_jax.config import SHARDED_DIMS  # pylint: disable=g-import-not-at-top
+  from transformer_jax.runtime.config import SHARDED_DIMS  # pylint: disable=g-import-not-at-top
   assert split == {axis: set(names) for axis, _, names in SHARDED_DIMS}
 
 

@@ -21,7 +21,8 @@ from tests.common import requires_data
 # config, tmp and tok are module-scoped fixtures: each module builds its own
 from tests.data_fixtures import (  # noqa: F401
     config, rows_as_examples, tmp, tok, with_data)
-from transformer_jax.data import DataError, batching, pipeline, sources, token_cache, tokenizer
+from transformer_jax.data import batching, pipeline, sources, token_cache, tokenizer
+from transformer_jax.runtime.exceptions import DataError
 
 # One xdist worker runs the module, so its vocabulary is trained once (conftest).
 pytestmark = [requires_data, pytest.mark.xdist_group(__name__)]
@@ -240,7 +241,8 @@ def test_bpe_dropout_reads_the_cleaned_training_texts_from_their_cache(config, t
 
 
 def test_bpe_dropout_needs_a_bpe_vocabulary(config):
-  from transformer_jax.config import ConfigError, validate  # pylint: disable=g-import-not-at-top
+  from transformer_jax.runtime.config import validate  # pylint: disable=g-import-not-at-top
+  from transformer_jax.runtime.exceptions import ConfigError
   for bad, msg in (({"bpe_dropout": 0.1, "vocab_type": "unigram"}, "needs data.vocab_type='bpe'"),
                    ({"bpe_dropout": 1.0}, "must be a rate in [0, 1)")):
     with pytest.raises(ConfigError, match=re.escape(msg)):
@@ -308,8 +310,8 @@ def test_packed_rows_have_consistent_segments_and_positions(config, tok):
 def test_packed_row_logits_equal_each_example_alone(config, tok):
   import jax
   import jax.numpy as jnp
-  from transformer_jax.config import ModelConfig
-  from transformer_jax.model import Transformer
+  from transformer_jax.runtime.config import ModelConfig
+  from transformer_jax.model.transformer import Transformer
   packed = with_data(config, tokens_per_batch=1024, batch_mode="pack")
   batch = next(pipeline.make_train_iterator(packed, tok))
   row = int(np.argmax(batch["inputs_segmentation"].max(1)))

@@ -19,9 +19,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from transformer_jax import beam_search, decode
-from transformer_jax.config import ModelConfig
-from transformer_jax.model import Transformer
+from transformer_jax.decoding import beam_search, decode
+from transformer_jax.runtime.config import ModelConfig
+from transformer_jax.model.transformer import Transformer
 
 EOS = decode.EOS_ID
 SCORE_TOL = dict(rtol=1e-5, atol=1e-6)
@@ -357,7 +357,7 @@ def test_sinusoids_let_every_input_have_its_50_extra_tokens():
   assert seqs_BxKxL.shape[-1] == 57 and np.all(np.isfinite(np.asarray(scores_BxK)))
   check_outputs(seqs_BxKxL[:, 0], inputs_BxS, 50)
   # Positions past max_len are the paper's sinusoids, not a repeated or NaN row.
-  from transformer_jax.positional import sinusoidal_table  # pylint: disable=g-import-not-at-top
+  from transformer_jax.model.positional import sinusoidal_table  # pylint: disable=g-import-not-at-top
   np.testing.assert_allclose(sinusoidal_table(57, 16)[:10], sinusoidal_table(10, 16))
   learned = tiny_config(max_len=10, pe_type="learned")
   assert decode.buffer_length(learned, 7, 50) == 10
@@ -404,7 +404,7 @@ def test_batch_entries_are_independent():
 def test_a_scan_layers_model_decodes_as_its_unrolled_twin():
   """Decoding a model.scan_layers model unstacks its layers (model.unstack_layers): the same
   beams and scores as the unrolled model with the same weights."""
-  from transformer_jax.model import stack_layers  # pylint: disable=g-import-not-at-top
+  from transformer_jax.model.transformer import stack_layers  # pylint: disable=g-import-not-at-top
   cfg = tiny_config(num_encoder_layers=2, num_decoder_layers=3)
   params = init_params(cfg, seed=3, scale=2.0)
   scanned_cfg = cfg.replace(scan_layers=True)

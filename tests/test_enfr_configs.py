@@ -2,9 +2,9 @@
 
 import pytest
 
-from transformer_jax.config import ModelConfig, validate
-from transformer_jax.overrides import load
-from transformer_jax.params import count_params
+from transformer_jax.runtime.config import ModelConfig, validate
+from transformer_jax.runtime.overrides import load
+from transformer_jax.tools.params import count_params
 
 
 @pytest.mark.parametrize("name, dropout, keep, millions", [

@@ -9,7 +9,7 @@ import numpy as np
 
 from tests.test_decode import (EOS, SCORE_TOL, init_params, lp, pad_targets, teacher_forced,
                                tiny_config, trim)
-from transformer_jax import decode
+from transformer_jax.decoding import decode
 
 
 def ensemble_logprobs_TxV(members, inputs_1xS, seq) -> np.ndarray:

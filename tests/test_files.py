@@ -19,8 +19,10 @@ import pytest
 from fsspec.implementations.dirfs import DirFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
-from transformer_jax import checkpoint, files, metrics, workdir as workdir_lib
-from transformer_jax.config import default_config
+from transformer_jax.runtime import exceptions
+from transformer_jax.runtime import files
+from transformer_jax.training import checkpoint, metrics, workdir as workdir_lib
+from transformer_jax.runtime.config import default_config
 from transformer_jax.data import tokenizer
 
 from tests.common import REPO
@@ -77,7 +79,7 @@ def test_lock_in_the_store_refuses_a_second_run_and_is_released(fake_gcs):
     assert path == "gs://bucket/lock"
     held = json.loads(files.read_text(path + "/workdir.lock"))
     assert held["pid"] == os.getpid() and held["purpose"] == "training"
-    with pytest.raises(workdir_lib.WorkdirBusy, match=f"in use by pid {os.getpid()}"):
+    with pytest.raises(exceptions.WorkdirBusy, match=f"in use by pid {os.getpid()}"):
       workdir_lib.WorkdirLock(path, "another run").acquire()
   assert not files.exists("gs://bucket/lock/workdir.lock")
 
@@ -169,3 +171,69 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
   with pytest.raises(ValueError, match="Circular"):  # an object json cannot write
     results_files.write_once(str(tmp_path / "result.json"), {"ok": 1, "circular": circular})
   assert files.read_text(path) == "old" and os.listdir(tmp_path) == ["config.json"]
+
+
+def _checkpointed_workdir(url: str, local, steps=(1, 2)):
+  """A workdir `url` in the fake store holding checkpoints of a tiny model at `steps`, each
+  with its own parameters (state + step)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from transformer_jax.model import sharding  # pylint: disable=g-import-not-at-top
+  from transformer_jax.runtime.overrides import load_config_file  # pylint: disable=g-import-not-at-top
+  from transformer_jax.training import step as step_lib  # pylint: disable=g-import-not-at-top
+  config = load_config_file("configs/tiny.py")
+  config.model.update(d_model=16, d_ff=32, num_heads=2, d_k=8, d_v=8, vocab_size=64,
+                      num_encoder_layers=1, num_decoder_layers=1)
+  state = step_lib.create_state(config, sharding.make_mesh(config.mesh))
+  manager = checkpoint.make_manager(str(local / "checkpoints"), async_save=False, with_data=False)
+  for s in steps:
+    checkpoint.save(manager, s, state.replace(params=jax.tree.map(lambda p, s=s: p + s,
+                                                                  state.params)), config)
+  manager.wait_until_finished()
+  manager.close()
+  files.makedirs(url)
+  return state
+
+
+def _orbax_in_the_store(monkeypatch, fake_gcs):
+  """Orbax writes arrays with tensorstore, whose GCS driver the fake store cannot stand in for:
+  its checkpoint managers get the store's local folder, every other file goes through files.py
+  and the fake gs:// filesystem (the same folder)."""
+  make_manager = checkpoint.make_manager
+
+  def local_manager(directory, **kwargs):
+    if directory.startswith("gs://"):
+      directory = str(fake_gcs / directory[len("gs://"):])
+    return make_manager(directory, **kwargs)
+  monkeypatch.setattr(checkpoint, "make_manager", local_manager)
+
+
+def test_averaging_a_workdir_in_the_store(fake_gcs, monkeypatch):
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from transformer_jax.training import averaging  # pylint: disable=g-import-not-at-top
+  _orbax_in_the_store(monkeypatch, fake_gcs)
+  url, local = "gs://bucket/average", fake_gcs / "bucket" / "average"
+  state = _checkpointed_workdir(url, local)
+  out = averaging.average_workdir(url, 2)
+  assert out == "gs://bucket/average/averaged/last2"
+  assert json.loads(files.read_text(out + ".json")) == {
+      "steps": [1, 2], "source": "gs://bucket/average/checkpoints"}
+  params, _, step = checkpoint.load_params(out)
+  assert step == 2
+  for mean, initial in zip(jax.tree.leaves(params), jax.tree.leaves(state.params)):
+    np.testing.assert_allclose(np.asarray(mean), np.asarray(initial) + 1.5, rtol=1e-6)
+  assert averaging.average_workdir(url, 2) == out  # the same average again: reused
+
+
+def test_a_failed_average_in_the_store_leaves_no_folder(fake_gcs, monkeypatch):
+  import shutil  # pylint: disable=g-import-not-at-top
+  from transformer_jax.training import averaging  # pylint: disable=g-import-not-at-top
+  _orbax_in_the_store(monkeypatch, fake_gcs)
+  url, local = "gs://bucket/broken", fake_gcs / "bucket" / "broken"
+  _checkpointed_workdir(url, local)
+  shutil.rmtree(local / "checkpoints" / "1" / "state")  # step 1 can no longer be read
+  with pytest.raises(exceptions.CheckpointError, match="nothing written"):
+    averaging.average_workdir(url, 2)
+  assert not files.exists(url + "/averaged")
+  assert sorted(files.listdir(url)) == ["checkpoints"]
+

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from tests.common import REPO
-from transformer_jax import host_memory
+from transformer_jax.runtime import host_memory
 
 _CPU = {"JAX_PLATFORMS": "cpu"}
 
@@ -23,7 +23,7 @@ def test_wanted_only_when_not_set_and_not_switched_off():
 
 _PROBE = """
 import os, sys
-from transformer_jax import host_memory
+from transformer_jax.runtime import host_memory
 host_memory.reexec_with_malloc_settings()
 print(os.environ.get("MALLOC_ARENA_MAX"), os.environ.get("MALLOC_MMAP_MAX_"), sys.argv[1:])
 """

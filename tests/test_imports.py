@@ -1,6 +1,7 @@
-"""The package's import graph has no cycles, counting the imports inside functions too (a cycle
-hidden in a function is still a cycle: it only fails later, and in a different order), and every
-import of our own modules inside a function is one of the few listed here with its reason."""
+"""The package's import graph: the library's layers import only the layers below them; no cycles,
+counting the imports inside functions too (a cycle hidden in a function is still a cycle: it only
+fails later, and in a different order); every import of our own modules inside a function is one
+of the few listed here with its reason; exception types come from their one module."""
 
 import ast
 import os
@@ -9,16 +10,33 @@ from tests.common import REPO
 
 PACKAGE = "transformer_jax"
 
+# The library's layers, lowest first: a module imports only modules of its own layer or a lower
+# one. A layer is a subpackage; the modules at the package's top (main, train and the translate
+# shim) are the entry points, and tools/ sit above everything, so nothing in the library imports
+# them.
+LAYERS = ("runtime", "data", "model", "decoding", "tasks", "training", "inference", "<entry>",
+          "tools")
+
+# Imports that break the layering today, each to be removed: (module, imported module).
+PENDING = {
+    ("transformer_jax.data.sources", "transformer_jax.tasks.parsing.trees"),
+    ("transformer_jax.data.sources", "transformer_jax.tasks.parsing"),
+    ("transformer_jax.decoding.decode", "transformer_jax.tasks.parsing.tree_constraint"),
+    ("transformer_jax.decoding.decode", "transformer_jax.tasks.parsing"),
+}
+
+EXCEPTIONS_MODULE = "transformer_jax.runtime.exceptions"
+
 # (module, imported module): function-level imports of our own modules that stay, and why.
 ALLOWED_LAZY = {
     # The entry point re-executes itself with malloc settings before jax is imported
     # (host_memory.py); these modules import jax, so main imports them only once it runs.
-    ("transformer_jax.main", "transformer_jax.distributed"),
-    ("transformer_jax.main", "transformer_jax.branch"),
+    ("transformer_jax.main", "transformer_jax.runtime.distributed"),
+    ("transformer_jax.main", "transformer_jax.training.branch"),
     ("transformer_jax.main", "transformer_jax.train"),
-    ("transformer_jax.main", "transformer_jax.averaging"),
-    ("transformer_jax.main", "transformer_jax.evaluate"),
-    ("transformer_jax.main", "transformer_jax.translate"),
+    ("transformer_jax.main", "transformer_jax.training.averaging"),
+    ("transformer_jax.main", "transformer_jax.inference.evaluate"),
+    ("transformer_jax.main", "transformer_jax.inference.translate"),
 }
 
 
@@ -45,7 +63,9 @@ def _imports(path, known):
       if isinstance(child, ast.Import):
         targets = [a.name for a in child.names]
       elif isinstance(child, ast.ImportFrom) and child.module and not child.level:
-        targets = [child.module] + [f"{child.module}.{a.name}" for a in child.names]
+        # `from pkg import mod` imports pkg.mod (and runs pkg/__init__.py, an edge _graph adds)
+        targets = [f"{child.module}.{a.name}" if f"{child.module}.{a.name}" in known
+                   else child.module for a in child.names]
       for t in targets:
         if t in known and t != PACKAGE:
           found.append((t, in_function))
@@ -70,6 +90,23 @@ def _graph():
         lazy.add((module, target))
     graph[module] = edges
   return graph, lazy
+
+
+def layer(module: str) -> str:
+  """The layer of a module of ours: its subpackage, or '<entry>' at the package's top."""
+  parts = module.split(".")
+  if len(parts) == 1:
+    return "<entry>"
+  if len(parts) == 2 and parts[1] not in LAYERS:
+    return "<entry>"
+  return parts[1]
+
+
+def layer_violations(graph) -> set[tuple[str, str]]:
+  """The (module, imported module) edges that go up the layers."""
+  rank = {name: i for i, name in enumerate(LAYERS)}
+  return {(m, t) for m, targets in graph.items() for t in targets
+          if rank[layer(t)] > rank[layer(m)]}
 
 
 def _cycle(graph):
@@ -112,3 +149,54 @@ def test_the_cycle_check_finds_a_cycle():
 def test_imports_of_our_modules_inside_functions_are_only_the_listed_ones():
   _, lazy = _graph()
   assert lazy <= ALLOWED_LAZY, sorted(lazy - ALLOWED_LAZY)
+
+
+def test_each_layer_imports_only_the_layers_below_it():
+  graph, _ = _graph()
+  for module in graph:
+    assert layer(module) in LAYERS, f"{module} is in no layer of LAYERS"
+  found = layer_violations(graph)
+  assert found <= PENDING, "imports up the layers: " + ", ".join(
+      f"{m} imports {t}" for m, t in sorted(found - PENDING))
+  assert not PENDING - found, f"mended, drop from PENDING: {sorted(PENDING - found)}"
+
+
+def test_the_layer_check_finds_an_import_up_the_layers():
+  graph = {"transformer_jax.model.attention": {"transformer_jax.training.step"},
+           "transformer_jax.training.step": {"transformer_jax.model.attention"},
+           "transformer_jax.main": {"transformer_jax.tools.params"},
+           "transformer_jax.tools.params": {"transformer_jax.main"}}
+  assert layer_violations(graph) == {
+      ("transformer_jax.model.attention", "transformer_jax.training.step"),
+      ("transformer_jax.main", "transformer_jax.tools.params")}
+  assert layer("transformer_jax.train") == "<entry>"
+  assert layer("transformer_jax.tasks.parsing.trees") == "tasks"
+
+
+def _exception_imports(path):
+  """(line, name, module) of each exception type imported from anywhere but its module."""
+  from transformer_jax.runtime import exceptions  # pylint: disable=g-import-not-at-top
+  names = {n for n in vars(exceptions) if isinstance(getattr(exceptions, n), type)}
+  tree = ast.parse(open(path, encoding="utf-8").read(), path)
+  found = []
+  for node in ast.walk(tree):
+    if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(PACKAGE):
+      for a in node.names:
+        if a.name in names and node.module != EXCEPTIONS_MODULE:
+          found.append((node.lineno, a.name, node.module))
+    elif (isinstance(node, ast.Attribute) and node.attr in names
+          and isinstance(node.value, ast.Name) and node.value.id != "exceptions"):
+      found.append((node.lineno, node.attr, node.value.id))
+  return found
+
+
+def test_exception_types_come_from_their_one_module():
+  bad = []
+  for top in (PACKAGE, "experiments", "benchmarks", "launch", "tests", "configs"):
+    for folder, _, names in os.walk(os.path.join(REPO, top)):
+      for name in names:
+        if name.endswith(".py"):
+          path = os.path.join(folder, name)
+          bad += [f"{os.path.relpath(path, REPO)}:{line}: {n} from {m}"
+                  for line, n, m in _exception_imports(path)]
+  assert not bad, "\n".join(bad)

@@ -22,7 +22,7 @@ def _fake_mesh(data, fsdp, tensor):
     ((-1, 1, 1), 8, (8, 1, 1)), ((2, -1, 2), 8, (2, 2, 2)), ((1, 1, -1), 4, (1, 1, 4)),
     ((2, 2, 2), 8, (2, 2, 2)), ((-1, 1, 1), 1, (1, 1, 1))])
 def test_mesh_shape_resolves_the_rest(mesh, devices, want):
-  from transformer_jax import sharding  # pylint: disable=g-import-not-at-top
+  from transformer_jax.model import sharding  # pylint: disable=g-import-not-at-top
   cfg = dict(zip(("data", "fsdp", "tensor"), mesh))
   assert sharding.mesh_shape(cfg, devices) == want
 
@@ -33,8 +33,8 @@ def test_mesh_shape_resolves_the_rest(mesh, devices, want):
     ((-1, -1, 1), 8, "at most one axis may be -1"),
     ((16, 1, 1), 8, "multiply to 16")])
 def test_mesh_shape_errors(mesh, devices, match):
-  from transformer_jax import sharding  # pylint: disable=g-import-not-at-top
-  from transformer_jax.config import ConfigError  # pylint: disable=g-import-not-at-top
+  from transformer_jax.model import sharding  # pylint: disable=g-import-not-at-top
+  from transformer_jax.runtime.exceptions import ConfigError  # pylint: disable=g-import-not-at-top
   with pytest.raises(ConfigError, match=match):
     sharding.mesh_shape(dict(zip(("data", "fsdp", "tensor"), mesh)), devices)
 
@@ -47,8 +47,8 @@ def test_mesh_shape_errors(mesh, devices, match):
     ({"d_model": 36}, (1, 8, 1),
      "'model.d_model'=36 is not divisible by the FSDP size mesh.fsdp=8")])
 def test_divisibility_errors(change, mesh, match):
-  from transformer_jax import sharding  # pylint: disable=g-import-not-at-top
-  from transformer_jax.config import ConfigError  # pylint: disable=g-import-not-at-top
+  from transformer_jax.model import sharding  # pylint: disable=g-import-not-at-top
+  from transformer_jax.runtime.exceptions import ConfigError  # pylint: disable=g-import-not-at-top
   config = tiny_mesh_config()
   for key, value in change.items():
     config.model[key] = value
@@ -58,8 +58,8 @@ def test_divisibility_errors(change, mesh, match):
 
 
 def test_batch_rows_and_padding():
-  from transformer_jax import sharding  # pylint: disable=g-import-not-at-top
-  from transformer_jax.config import ConfigError  # pylint: disable=g-import-not-at-top
+  from transformer_jax.model import sharding  # pylint: disable=g-import-not-at-top
+  from transformer_jax.runtime.exceptions import ConfigError  # pylint: disable=g-import-not-at-top
   mesh = _fake_mesh(2, 4, 2)
   sharding.check_batch_rows(16, mesh)
   with pytest.raises(ConfigError, match="12 rows, not divisible .* mesh.data\\*mesh.fsdp=8"):
@@ -70,7 +70,7 @@ def test_batch_rows_and_padding():
 def test_logical_rules_give_dp_fsdp_and_megatron_tp():
   import flax.linen as nn  # pylint: disable=g-import-not-at-top
   from jax.sharding import PartitionSpec as P  # pylint: disable=g-import-not-at-top
-  from transformer_jax import sharding  # pylint: disable=g-import-not-at-top
+  from transformer_jax.model import sharding  # pylint: disable=g-import-not-at-top
 
   def spec(*names, rules=sharding.LOGICAL_RULES):
     return nn.logical_to_mesh_axes(names, rules)
@@ -96,8 +96,8 @@ def test_logical_rules_give_dp_fsdp_and_megatron_tp():
 def test_every_parameter_has_logical_axis_names(pe_type, tie):
   import flax.linen as nn  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
-  from transformer_jax import sharding  # pylint: disable=g-import-not-at-top
-  from transformer_jax.config import ModelConfig  # pylint: disable=g-import-not-at-top
+  from transformer_jax.model import sharding  # pylint: disable=g-import-not-at-top
+  from transformer_jax.runtime.config import ModelConfig  # pylint: disable=g-import-not-at-top
   config = tiny_mesh_config()
   config.model.pe_type, config.model.tie_embeddings = pe_type, tie
   model_cfg = ModelConfig.from_config(config.model)
@@ -113,7 +113,7 @@ def test_every_parameter_has_logical_axis_names(pe_type, tie):
 def test_make_mesh_on_this_machine():
   import jax  # pylint: disable=g-import-not-at-top
   from jax.sharding import AxisType  # pylint: disable=g-import-not-at-top
-  from transformer_jax import sharding  # pylint: disable=g-import-not-at-top
+  from transformer_jax.model import sharding  # pylint: disable=g-import-not-at-top
   mesh = sharding.make_mesh(tiny_mesh_config((-1, 1, 1)).mesh)
   assert mesh.axis_names == ("data", "fsdp", "tensor")
   assert mesh.shape["data"] == jax.device_count() and mesh.devices.size == jax.device_count()
@@ -122,7 +122,8 @@ def test_make_mesh_on_this_machine():
 
 def test_param_shardings_for_inference_match_the_train_state():
   import jax  # pylint: disable=g-import-not-at-top
-  from transformer_jax import sharding, step as step_lib  # pylint: disable=g-import-not-at-top
+  from transformer_jax.model import sharding  # pylint: disable=g-import-not-at-top
+  from transformer_jax.training import step as step_lib
   config = tiny_mesh_config()
   mesh = sharding.make_mesh(config.mesh, jax.devices()[:1])
   abstract, shardings = sharding.param_shardings(config, mesh)

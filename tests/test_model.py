@@ -9,12 +9,13 @@ import numpy as np
 import optax
 import pytest
 
-from transformer_jax import masks
-from transformer_jax.attention import dot_product_attention
-from transformer_jax.config import ConfigError, ModelConfig
-from transformer_jax.model import Transformer
-from transformer_jax.params import count_params
-from transformer_jax.positional import sinusoidal_table
+from transformer_jax.model import masks
+from transformer_jax.model.attention import dot_product_attention
+from transformer_jax.runtime.config import ModelConfig
+from transformer_jax.runtime.exceptions import ConfigError
+from transformer_jax.model.transformer import Transformer
+from transformer_jax.tools.params import count_params
+from transformer_jax.model.positional import sinusoidal_table
 
 TINY = ModelConfig(vocab_size=40, d_model=32, num_heads=4, d_k=8, d_v=6, d_ff=48,
                    num_encoder_layers=2, num_decoder_layers=2, max_len=32, dropout_rate=0.0)
@@ -173,7 +174,7 @@ def test_cudnn_formulation_causal_plus_lengths_equals_the_dense_masks(monkeypatc
   float32 (cuDNN itself takes bf16/fp16 only: the dtype check is lifted for this comparison):
   encoder self, decoder self and cross attention give the einsum path's logits at every
   position, padding rows included (both give them zero attention output)."""
-  from transformer_jax import attention  # pylint: disable=g-import-not-at-top
+  from transformer_jax.model import attention  # pylint: disable=g-import-not-at-top
   monkeypatch.setattr(attention, "_cudnn_unsupported", lambda q, mask: None)
   cfg = dataclasses.replace(TINY, d_v=8)
   params = _init(cfg, _SRC, _TGT)
@@ -189,7 +190,7 @@ def test_cudnn_formulation_causal_plus_lengths_equals_the_dense_masks(monkeypatc
 
 
 def test_cudnn_in_bfloat16_takes_the_lengths_path_and_matches_einsum():
-  from transformer_jax import attention  # pylint: disable=g-import-not-at-top
+  from transformer_jax.model import attention  # pylint: disable=g-import-not-at-top
   cfg = dataclasses.replace(TINY, d_v=8, dtype="bfloat16")
   params = _init(cfg, _SRC, _TGT)
   a = np.asarray(_logits(cfg, params, _SRC, _TGT))
@@ -207,7 +208,7 @@ def test_cudnn_in_bfloat16_takes_the_lengths_path_and_matches_einsum():
     (dict(dtype="bfloat16", packed=True), "packed rows"),
 ])
 def test_cudnn_falls_back_with_one_line_saying_why(case, reason):
-  from transformer_jax import attention  # pylint: disable=g-import-not-at-top
+  from transformer_jax.model import attention  # pylint: disable=g-import-not-at-top
   case = dict(case)
   packed = case.pop("packed", False)
   cfg = dataclasses.replace(TINY, **{"d_v": 8, "attention_impl": "cudnn", **case})
@@ -221,7 +222,7 @@ def test_cudnn_falls_back_with_one_line_saying_why(case, reason):
 
 
 def test_cudnn_on_a_cpu_backend_is_a_one_line_config_error():
-  from transformer_jax import attention  # pylint: disable=g-import-not-at-top
+  from transformer_jax.model import attention  # pylint: disable=g-import-not-at-top
   with pytest.raises(ConfigError, match="'model.attention_impl'='cudnn' needs an NVIDIA GPU"):
     attention.check_backend(dataclasses.replace(TINY, d_v=8, attention_impl="cudnn"))
 
@@ -350,7 +351,7 @@ def test_table3_param_counts(row, overrides, paper):
                  tie_embeddings=False),
     dict(num_encoder_layers=3, num_decoder_layers=1, pre_ln=True, scan_layers=True)])
 def test_param_count_from_the_one_layer_twin_is_the_whole_models(overrides):
-  from transformer_jax.params import count_tree, param_shapes  # pylint: disable=g-import-not-at-top
+  from transformer_jax.tools.params import count_tree, param_shapes  # pylint: disable=g-import-not-at-top
   cfg = ModelConfig(vocab_size=1000, d_model=64, d_ff=96, num_heads=4, d_k=16, d_v=8, **overrides)
   assert count_params(cfg) == count_tree(param_shapes(cfg))
 

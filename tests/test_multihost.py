@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from tests.common import DATA_DIR, REPO, TINY_CLI_FLAGS, requires_data, xla_flags
-from transformer_jax import metrics
+from transformer_jax.training import metrics
 
 
 FLAGS = [
@@ -87,7 +87,7 @@ def _steps(workdir):
 
 def _params(workdir, step):
   import jax  # pylint: disable=g-import-not-at-top
-  from transformer_jax import checkpoint  # pylint: disable=g-import-not-at-top
+  from transformer_jax.training import checkpoint  # pylint: disable=g-import-not-at-top
   params, _, _ = checkpoint.load_params(os.path.join(workdir, "checkpoints"), step)
   return {jax.tree_util.keystr(k): np.asarray(v)
           for k, v in jax.tree_util.tree_flatten_with_path(params)[0]}
@@ -200,7 +200,7 @@ CLUSTER_ENV = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID",
 def recorded(monkeypatch):
   """Calls of jax.distributed.initialize, recorded instead of made; a clean environment."""
   import jax  # pylint: disable=g-import-not-at-top
-  from transformer_jax import distributed  # pylint: disable=g-import-not-at-top
+  from transformer_jax.runtime import distributed  # pylint: disable=g-import-not-at-top
   calls = []
   for key in CLUSTER_ENV:
     monkeypatch.delenv(key, raising=False)
@@ -213,13 +213,13 @@ def recorded(monkeypatch):
 
 
 def test_single_process_needs_nothing(recorded):
-  from transformer_jax import distributed  # pylint: disable=g-import-not-at-top
+  from transformer_jax.runtime import distributed  # pylint: disable=g-import-not-at-top
   distributed.initialize()
   assert recorded == []
 
 
 def test_explicit_flags_and_environment(recorded, monkeypatch):
-  from transformer_jax import distributed  # pylint: disable=g-import-not-at-top
+  from transformer_jax.runtime import distributed  # pylint: disable=g-import-not-at-top
   distributed.initialize("10.0.0.1:1234", 4, 3)
   assert recorded[-1] == {"coordinator_address": "10.0.0.1:1234", "num_processes": 4,
                           "process_id": 3, "initialization_timeout": 300}
@@ -243,8 +243,8 @@ def test_explicit_flags_and_environment(recorded, monkeypatch):
     ((None, None, None), {"JAX_NUM_PROCESSES": "two"}, "JAX_NUM_PROCESSES='two' is not an integer"),
 ])
 def test_bad_cluster_settings_are_config_errors(recorded, monkeypatch, args, env, match):
-  from transformer_jax import distributed  # pylint: disable=g-import-not-at-top
-  from transformer_jax.config import ConfigError  # pylint: disable=g-import-not-at-top
+  from transformer_jax.runtime import distributed  # pylint: disable=g-import-not-at-top
+  from transformer_jax.runtime.exceptions import ConfigError  # pylint: disable=g-import-not-at-top
   for key, value in env.items():
     monkeypatch.setenv(key, value)
   with pytest.raises(ConfigError, match=match):
@@ -253,7 +253,7 @@ def test_bad_cluster_settings_are_config_errors(recorded, monkeypatch, args, env
 
 
 def test_slurm_and_tpu_are_detected(recorded, monkeypatch):
-  from transformer_jax import distributed  # pylint: disable=g-import-not-at-top
+  from transformer_jax.runtime import distributed  # pylint: disable=g-import-not-at-top
   slurm = {"SLURM_JOB_ID": "77", "SLURM_STEP_NODELIST": "node[01-02]", "SLURM_PROCID": "1",
            "SLURM_LOCALID": "0", "SLURM_NTASKS": "2"}
   for key, value in slurm.items():
@@ -272,7 +272,7 @@ def test_slurm_and_tpu_are_detected(recorded, monkeypatch):
 
 
 def test_process_zero_first_single_process():
-  from transformer_jax import distributed  # pylint: disable=g-import-not-at-top
+  from transformer_jax.runtime import distributed  # pylint: disable=g-import-not-at-top
   order = []
   assert distributed.process_zero_first("x", lambda: order.append(1) or "done") == "done"
   distributed.barrier("noop")

@@ -14,11 +14,14 @@ import pytest
 from tensorboardX.proto import event_pb2
 
 from tests.common import DATA_DIR, REPO, TINY_CLI_FLAGS, xla_flags
-from transformer_jax import parseval
-from transformer_jax.config import ConfigError, validate
-from transformer_jax.data import DataError, sources, trees
-from transformer_jax.metrics import MetricsWriter
-from transformer_jax.overrides import load
+from transformer_jax.tasks.parsing import parseval
+from transformer_jax.runtime.config import validate
+from transformer_jax.runtime.exceptions import ConfigError
+from transformer_jax.data import sources
+from transformer_jax.runtime.exceptions import DataError
+from transformer_jax.tasks.parsing import trees
+from transformer_jax.training.metrics import MetricsWriter
+from transformer_jax.runtime.overrides import load
 
 SAMPLE = os.path.join(DATA_DIR, "ptb-sample", "combined") if DATA_DIR else ""
 T = nltk.Tree.fromstring
@@ -202,8 +205,8 @@ requires_sample = pytest.mark.skipif(not (SAMPLE and os.path.isdir(SAMPLE)),
 def test_the_cli_starts_without_loading_nltk_until_a_tree_is_read():
   """NLTK's package __init__ imports scipy.stats (~1.7 s a process): the CLI's and the sweep
   reports' modules load it only when the parsing paths first touch nltk.Tree."""
-  code = ("import sys; import transformer_jax.main, transformer_jax.train, transformer_jax.evaluate, "
-          "transformer_jax.translate, experiments.report; from transformer_jax.data import trees; "
+  code = ("import sys; import transformer_jax.main, transformer_jax.train, transformer_jax.inference.evaluate, "
+          "transformer_jax.inference.translate, experiments.report; from transformer_jax.tasks.parsing import trees; "
           "print('scipy.stats' in sys.modules, 'nltk.tree' in sys.modules); "
           "t = trees.nltk.Tree.fromstring('(S (NP the) (VP sat))'); "
           "print('nltk.tree' in sys.modules, isinstance(t, trees.nltk.Tree), t.leaves())")

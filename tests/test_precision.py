@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 from flax import linen as nn
 
-from transformer_jax import sharding, step as step_lib
-from transformer_jax.config import ModelConfig, validate
-from transformer_jax.model import Transformer
+from transformer_jax.model import sharding
+from transformer_jax.training import step as step_lib
+from transformer_jax.runtime.config import ModelConfig, validate
+from transformer_jax.model.transformer import Transformer
 
 # Element-wise and reduction primitives that make up softmax, log-softmax and LayerNorm.
 STATISTICS_PRIMITIVES = ("exp", "log", "log1p", "reduce_sum", "reduce_max", "rsqrt", "sqrt",
@@ -134,7 +135,7 @@ def _rel(a, b) -> float:
 def test_bf16_products_and_their_written_out_gradients_match_float32(spec, shapes):
   # matmul.py writes the bfloat16 gradients out (for the CPU's bfloat16 kernels): they must be
   # the float32 gradients up to bfloat16 rounding of the cotangent and of the outputs.
-  from transformer_jax import matmul  # pylint: disable=g-import-not-at-top
+  from transformer_jax.model import matmul  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(0)
   a, b = (_bf16_values(rng, s) for s in shapes)
   if spec == "rows":
@@ -172,7 +173,7 @@ def test_bfloat16_on_a_cpu_without_bfloat16_units_is_warned_about(tmp_path):
   """matmul.slow_dtype_warning: bfloat16 compute on an x86 CPU whose flags name no bfloat16 unit
   (measured 1.41x slower than float32 there) gets a warning; with AMX or AVX512-BF16, in
   float32, or where the flags cannot be read (another OS or architecture), none."""
-  from transformer_jax import matmul  # pylint: disable=g-import-not-at-top
+  from transformer_jax.model import matmul  # pylint: disable=g-import-not-at-top
   def cpuinfo(flags):
     path = tmp_path / f"cpuinfo_{len(flags)}"
     path.write_text("processor\t: 0\nmodel name\t: X\n" + (f"flags\t\t: {flags}\n" if flags else "")

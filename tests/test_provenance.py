@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from experiments import provenance, row_runs, sweeps
-from transformer_jax.overrides import REPO
+from transformer_jax.runtime.overrides import REPO
 
 RESULTS = os.path.join(REPO, "experiments", "results")
 TRAIN = "python -m transformer_jax.main --config=configs/tiny.py --workdir=W"

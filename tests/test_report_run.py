@@ -70,7 +70,7 @@ def test_report_run_rejects_bad_number_lists():
 
 def test_a_run_without_training_rows_is_one_clear_error(tmp_path):
   import pytest  # pylint: disable=g-import-not-at-top
-  from transformer_jax.config import ConfigError  # pylint: disable=g-import-not-at-top
+  from transformer_jax.runtime.exceptions import ConfigError  # pylint: disable=g-import-not-at-top
   (tmp_path / "metrics.jsonl").write_text('{"step": 500, "split": "dev", "perplexity": 9.0}\n{"step"')
   with pytest.raises(ConfigError, match=r"metrics.jsonl: no training rows to report on"):
     report_run.read_metrics(str(tmp_path), log_every_steps=50)

@@ -6,7 +6,7 @@ import sys
 import jax
 
 from tests.common import REPO
-from transformer_jax import rng
+from transformer_jax.runtime import rng
 
 _MASKS = """
 import jax, numpy as np, sys
@@ -27,7 +27,7 @@ def _masks(setup: str):
 
 def test_unrolled_threefry_gives_the_same_dropout_masks_without_loops():
   rolled, rolled_while = _masks("")
-  unrolled, unrolled_while = _masks("from transformer_jax import rng; assert rng.unroll_threefry_on_cpu()")
+  unrolled, unrolled_while = _masks("from transformer_jax.runtime import rng; assert rng.unroll_threefry_on_cpu()")
   assert rolled_while and not unrolled_while  # the change is real on this jax
   assert unrolled == rolled
   assert 0.85 < rolled.count("1") / len(rolled) < 0.95
@@ -35,7 +35,8 @@ def test_unrolled_threefry_gives_the_same_dropout_masks_without_loops():
 
 def test_the_train_step_uses_it_unless_switched_off():
   from configs import tiny
-  from transformer_jax import sharding, step
+  from transformer_jax.model import sharding
+  from transformer_jax.training import step
   config = tiny.get_config()
   assert config.train.unroll_threefry_on_cpu
   mesh = sharding.make_mesh(config.mesh)

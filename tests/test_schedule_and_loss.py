@@ -8,9 +8,10 @@ import optax
 import pytest
 
 from configs import base, big
-from transformer_jax.config import ConfigError, default_config, validate
-from transformer_jax.label_smoothing import cross_entropy_sums, smoothing_constant
-from transformer_jax.schedule import inverse_sqrt_schedule, make_optimizer, make_schedule
+from transformer_jax.runtime.config import default_config, validate
+from transformer_jax.runtime.exceptions import ConfigError
+from transformer_jax.training.label_smoothing import cross_entropy_sums, smoothing_constant
+from transformer_jax.training.schedule import inverse_sqrt_schedule, make_optimizer, make_schedule
 
 
 def test_schedule_is_the_paper_formula():
@@ -74,7 +75,8 @@ def test_weight_decay_shrinks_weights_but_not_biases_or_layernorm_scales():
   the parameter for weight matrices and the embedding, and 0 for biases and LayerNorm scales;
   the sharded state is built from boxed parameters and a jitted step runs with it."""
   from configs import tiny  # pylint: disable=g-import-not-at-top
-  from transformer_jax import sharding, step  # pylint: disable=g-import-not-at-top
+  from transformer_jax.model import sharding  # pylint: disable=g-import-not-at-top
+  from transformer_jax.training import step
   c = tiny.get_config()
   c.train.weight_decay = 0.01
   c.model.num_encoder_layers = c.model.num_decoder_layers = 1  # every kind of parameter, once
@@ -172,9 +174,9 @@ def test_chunked_loss_equals_the_unchunked_loss_and_gradients(chunk, eps):
   for 4 and 5, one chunk for 13): the same loss sums and the same gradients for every parameter,
   to 1e-6 relative to each gradient's size."""
   import flax.linen as nn  # pylint: disable=g-import-not-at-top
-  from transformer_jax import step  # pylint: disable=g-import-not-at-top
-  from transformer_jax.config import ModelConfig  # pylint: disable=g-import-not-at-top
-  from transformer_jax.model import Transformer  # pylint: disable=g-import-not-at-top
+  from transformer_jax.training import step  # pylint: disable=g-import-not-at-top
+  from transformer_jax.runtime.config import ModelConfig  # pylint: disable=g-import-not-at-top
+  from transformer_jax.model.transformer import Transformer  # pylint: disable=g-import-not-at-top
   cfg = ModelConfig(vocab_size=50, d_model=32, num_heads=4, d_k=8, d_v=8, d_ff=48,
                     num_encoder_layers=1, num_decoder_layers=2, max_len=32, dropout_rate=0.0)
   rng = np.random.default_rng(3)
@@ -202,7 +204,7 @@ def test_chunked_loss_equals_the_unchunked_loss_and_gradients(chunk, eps):
 
 
 def test_a_config_saved_before_new_keys_gets_their_defaults():
-  from transformer_jax.config import with_defaults  # pylint: disable=g-import-not-at-top
+  from transformer_jax.runtime.config import with_defaults  # pylint: disable=g-import-not-at-top
   saved = default_config().to_dict()
   del saved["train"]["loss_chunk_positions"], saved["model"]["scan_layers"]
   saved["train"]["num_steps"] = 123

@@ -101,7 +101,8 @@ def _train_two_steps(shape, devices, initial_state=None, dtype="float32"):
   """Two train steps (and one eval) on a mesh: from `create_state` (the state initialised
   directly sharded) or, to save an init compilation, from `initial_state` placed on the mesh."""
   import jax  # pylint: disable=g-import-not-at-top
-  from transformer_jax import sharding, step as step_lib  # pylint: disable=g-import-not-at-top
+  from transformer_jax.model import sharding  # pylint: disable=g-import-not-at-top
+  from transformer_jax.training import step as step_lib
   config = tiny_mesh_config(shape, dtype)
   mesh = sharding.make_mesh(config.mesh, devices)
   sharding.check_divisibility(config, mesh)
@@ -181,7 +182,8 @@ def _compiles_during(fn) -> tuple[str, int]:
 
 
 def _bad_input_report(tmpdir):
-  from transformer_jax import sharding, train  # pylint: disable=g-import-not-at-top
+  from transformer_jax import train  # pylint: disable=g-import-not-at-top
+  from transformer_jax.model import sharding
   out = {}
   cases = {"mesh_product": dict(mesh_shape=(3, 1, 1)),
            "tensor_vs_heads": dict(mesh_shape=(1, 1, 8), heads=4),
@@ -203,8 +205,9 @@ def _decode_report(params, devices) -> dict:
   (traced under INFERENCE_RULES) against one device: the same tokens and scores."""
   import functools  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
-  from transformer_jax import decode, sharding  # pylint: disable=g-import-not-at-top
-  from transformer_jax.config import ModelConfig  # pylint: disable=g-import-not-at-top
+  from transformer_jax.decoding import decode  # pylint: disable=g-import-not-at-top
+  from transformer_jax.model import sharding
+  from transformer_jax.runtime.config import ModelConfig  # pylint: disable=g-import-not-at-top
   config = tiny_mesh_config(MESHES["mixed222"])
   search = functools.partial(decode.beam_decode, ModelConfig.from_config(config.model),
                              beam_size=2, max_extra_len=5)

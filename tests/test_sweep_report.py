@@ -10,7 +10,8 @@ import pytest
 from experiments import report, row_runs, sweeps, verdicts
 from tests.common import table_row
 from tests.sweep_fakes import TABLE3, FakeCLI, run_fake, sweep_cli
-from transformer_jax import bleu, parseval
+from transformer_jax.tasks import bleu
+from transformer_jax.tasks.parsing import parseval
 
 
 @pytest.fixture(scope="module")

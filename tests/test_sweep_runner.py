@@ -15,8 +15,8 @@ from experiments import local_runner, results_files, row_runs, sweeps
 from tests.common import DATA_DIR, requires_data
 from tests.sweep_fakes import (REFERENCES, TABLE3, FakeCLI, SweepKilled, file_snapshot,
                                one_line_error, run_fake, sweep_cli)
-from transformer_jax.config import ConfigError
-from transformer_jax.overrides import parse_overrides
+from transformer_jax.runtime.exceptions import ConfigError
+from transformer_jax.runtime.overrides import parse_overrides
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,8 @@ from ml_collections import config_flags
 from experiments import row_runs, sweeps, verdicts
 from tests.common import REPO
 from tests.sweep_fakes import TABLE3, one_line_error, sweep_cli
-from transformer_jax.config import ConfigError
-from transformer_jax.overrides import parse_overrides
+from transformer_jax.runtime.exceptions import ConfigError
+from transformer_jax.runtime.overrides import parse_overrides
 
 
 # The paper's Table 3, as printed (None: blank, "as base").

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from tests.common import DATA_DIR, REPO, TINY_CLI_FLAGS, requires_data, xla_flags
-from transformer_jax import metrics
+from transformer_jax.training import metrics
 
 # One xdist worker runs the module, so its vocabulary and reference run are built once (conftest).
 pytestmark = [requires_data, pytest.mark.slow, pytest.mark.xdist_group(__name__)]
@@ -51,7 +51,7 @@ def _steps(workdir):
 
 
 def _params(workdir):
-  from transformer_jax import checkpoint  # pylint: disable=g-import-not-at-top
+  from transformer_jax.training import checkpoint  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   params, _, step = checkpoint.load_params(checkpoint.checkpoint_dir(workdir))
   return step, [np.asarray(x) for x in jax.tree.leaves(params)]

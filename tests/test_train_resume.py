@@ -22,7 +22,7 @@ from tests.common import REPO, requires_data
 from tests.test_train_reliability import (STEPS, _assert_params_equal, _branch, _cmd, _env,  # noqa: F401
                                           _last_error, _metric_steps, _run, _snapshot, _steps,
                                           _workdir, reference, vocab_dir)
-from transformer_jax import metrics
+from transformer_jax.training import metrics
 
 pytestmark = [requires_data, pytest.mark.slow, pytest.mark.xdist_group(__name__)]
 

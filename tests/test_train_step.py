@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from configs import tiny
-from transformer_jax import sharding, step
-from transformer_jax.config import ModelConfig
+from transformer_jax.model import sharding
+from transformer_jax.training import step
+from transformer_jax.runtime.config import ModelConfig
 
 
 def _config(accum=1, dropout=0.0):
@@ -124,7 +125,7 @@ def test_scan_layers_gives_the_same_steps_as_unrolled_layers(remat):
   """model.scan_layers stacks each stack's layers on a 'layers' axis and scans over them: from
   the same weights (model.stack_layers), the same loss, gradient norm and parameters after two
   Adam steps (with and without remat), and the checkpoint layout is the stacked one."""
-  from transformer_jax.model import stack_layers, unstack_layers  # pylint: disable=g-import-not-at-top
+  from transformer_jax.model.transformer import stack_layers, unstack_layers  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(5)
   batches = [_batch(rng, 4) for _ in range(2)]
   plain, scanned = _config(), _config()
@@ -159,7 +160,7 @@ def test_ensemble_eval_step_scores_the_mean_of_the_members_probabilities():
   """step.ensemble_eval_step: the NLL of the mean of two models' next-token probabilities,
   recomputed here in float64; an ensemble of one model with itself scores as eval_step does
   (label-smoothed loss included)."""
-  from transformer_jax.model import Transformer  # pylint: disable=g-import-not-at-top
+  from transformer_jax.model.transformer import Transformer  # pylint: disable=g-import-not-at-top
   config = _config()
   mesh = sharding.make_mesh(config.mesh)
   model_cfg = ModelConfig.from_config(config.model)

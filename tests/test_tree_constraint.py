@@ -15,9 +15,12 @@ import pytest
 
 from tests.common import DATA_DIR
 from tests.test_decode import init_params
-from transformer_jax import beam_search, decode, tree_constraint as tc
-from transformer_jax.config import ConfigError, ModelConfig, default_config, validate
-from transformer_jax.data import tokenizer as tok_lib, trees
+from transformer_jax.decoding import beam_search, decode
+from transformer_jax.tasks.parsing import tree_constraint as tc
+from transformer_jax.runtime.config import ModelConfig, default_config, validate
+from transformer_jax.runtime.exceptions import ConfigError
+from transformer_jax.data import tokenizer as tok_lib
+from transformer_jax.tasks.parsing import trees
 
 SAMPLE = os.path.join(DATA_DIR, "ptb-sample", "combined") if DATA_DIR else ""
 needs_sample = pytest.mark.skipif(not SAMPLE or not os.path.isdir(SAMPLE),

@@ -12,8 +12,11 @@ import time
 
 import pytest
 
-from transformer_jax import checkpoint, metrics, train, workdir as workdir_lib
-from transformer_jax.config import ConfigError, default_config
+from transformer_jax.runtime import exceptions
+from transformer_jax import train
+from transformer_jax.training import checkpoint, metrics, workdir as workdir_lib
+from transformer_jax.runtime.config import default_config
+from transformer_jax.runtime.exceptions import ConfigError
 
 
 def _write_lock(workdir, **holder):
@@ -36,7 +39,7 @@ def test_a_held_workdir_is_refused_naming_the_holder_and_left_unchanged(tmp_path
   with workdir_lib.claim(str(tmp_path), "training") as path:
     lock = os.path.join(path, workdir_lib.LOCK_FILE)
     before = open(lock).read(), os.stat(lock).st_mtime
-    with pytest.raises(workdir_lib.WorkdirBusy) as e:
+    with pytest.raises(exceptions.WorkdirBusy) as e:
       with workdir_lib.claim(str(tmp_path), "training"):
         pass
     message = str(e.value)
@@ -48,7 +51,7 @@ def test_a_held_workdir_is_refused_naming_the_holder_and_left_unchanged(tmp_path
 
 def test_a_live_lock_on_another_host_with_a_fresh_heartbeat_is_respected(tmp_path):
   _write_lock(str(tmp_path), host="other-host", pid=1)
-  with pytest.raises(workdir_lib.WorkdirBusy, match="on host other-host"):
+  with pytest.raises(exceptions.WorkdirBusy, match="on host other-host"):
     with workdir_lib.claim(str(tmp_path), "training"):
       pass
 
@@ -132,9 +135,9 @@ def _step_metrics(loss, tokens=10.0, grad_norm=1.0):
 def test_a_non_finite_gradient_norm_stops_with_the_step():
   window = train._Window(4.0, print)  # pylint: disable=protected-access
   window.add(_step_metrics(5.0), 1)
-  with pytest.raises(train.TrainingError, match=r"non-finite gradient norm \(inf\) at step 7;"):
+  with pytest.raises(exceptions.TrainingError, match=r"non-finite gradient norm \(inf\) at step 7;"):
     window.add(_step_metrics(5.0, grad_norm=float("inf")), 7)
-  with pytest.raises(train.TrainingError, match=r"non-finite loss \(nan\) at step 8;"):
+  with pytest.raises(exceptions.TrainingError, match=r"non-finite loss \(nan\) at step 8;"):
     window.add(_step_metrics(float("nan")), 8)
 
 
@@ -151,7 +154,7 @@ def test_a_loss_far_above_its_minimum_warns_once_with_the_step():
 
 
 def test_divergence_warn_factor_is_validated():
-  from transformer_jax.config import validate  # pylint: disable=g-import-not-at-top
+  from transformer_jax.runtime.config import validate  # pylint: disable=g-import-not-at-top
   cfg = default_config()
   cfg.train.divergence_warn_factor = 0.5
   with pytest.raises(ConfigError, match="divergence_warn_factor"):
@@ -191,7 +194,7 @@ def test_a_failed_background_save_stops_in_one_line_and_removes_the_partial_fold
   (directory / "2").mkdir(parents=True)  # the last good checkpoint
   saver = checkpoint.Saver(_FailingManager(str(directory)), default_config(), str(tmp_path))
   saver.save(4, state={"w": 1.0}, train_seconds=1.0)
-  with pytest.raises(checkpoint.SaveError) as e:
+  with pytest.raises(exceptions.SaveError) as e:
     saver.poll()
   message = str(e.value)
   assert "\n" not in message and "step 4" in message and str(directory) in message
@@ -228,7 +231,7 @@ def test_writes_of_a_failed_save_that_land_after_its_clean_up_are_removed_at_clo
   manager = _LateWritingManager(str(directory))
   saver = checkpoint.Saver(manager, default_config(), str(tmp_path))
   saver.save(4, state={"w": 1.0}, train_seconds=1.0)
-  with pytest.raises(checkpoint.SaveError, match="step 2"):
+  with pytest.raises(exceptions.SaveError, match="step 2"):
     saver.poll()
   saver.close()
   manager.late.join(timeout=30)  # the late write landed 0.05 s after the first clean-up
@@ -237,7 +240,7 @@ def test_writes_of_a_failed_save_that_land_after_its_clean_up_are_removed_at_clo
 
 
 def _tiny_config():
-  from transformer_jax.overrides import load_config_file  # pylint: disable=g-import-not-at-top
+  from transformer_jax.runtime.overrides import load_config_file  # pylint: disable=g-import-not-at-top
   cfg = load_config_file("configs/tiny.py")
   cfg.model.update(d_model=16, d_ff=32, num_heads=2, d_k=8, d_v=8, vocab_size=64,
                    num_encoder_layers=1, num_decoder_layers=1)
@@ -245,7 +248,8 @@ def _tiny_config():
 
 
 def test_training_time_is_restored_and_older_checkpoints_without_it_still_load(tmp_path):
-  from transformer_jax import sharding, step  # pylint: disable=g-import-not-at-top
+  from transformer_jax.model import sharding  # pylint: disable=g-import-not-at-top
+  from transformer_jax.training import step
   config = _tiny_config()
   mesh = sharding.make_mesh(config.mesh)
   state = step.create_state(config, mesh)
@@ -266,7 +270,8 @@ def test_training_time_is_restored_and_older_checkpoints_without_it_still_load(t
 def test_checkpoints_at_multiples_of_keep_every_steps_outlive_keep_checkpoints(tmp_path):
   """train.keep_every_steps (a sweep's checkpoint at two thirds of training, evaluated at the
   end): Orbax's keep_period beside max_to_keep."""
-  from transformer_jax import sharding, step  # pylint: disable=g-import-not-at-top
+  from transformer_jax.model import sharding  # pylint: disable=g-import-not-at-top
+  from transformer_jax.training import step
   config = _tiny_config()
   state = step.create_state(config, sharding.make_mesh(config.mesh))
   manager = checkpoint.make_manager(str(tmp_path), keep=2, keep_every=4, async_save=False,
@@ -281,7 +286,7 @@ def test_checkpoints_at_multiples_of_keep_every_steps_outlive_keep_checkpoints(t
 def test_compare_with_a_workdir_picks_its_newest_eval_of_the_same_sentences(tmp_path):
   """`--compare=<workdir>`: a partial (`--bleu_sentences=n`) report is the baseline only when n
   sentences were translated here; otherwise the newest full one, and none fitting is one line."""
-  from transformer_jax import evaluate  # pylint: disable=g-import-not-at-top
+  from transformer_jax.inference import evaluate  # pylint: disable=g-import-not-at-top
   w = str(tmp_path)
   os.makedirs(os.path.join(w, workdir_lib.EVAL_FOLDER))
   for age, (n, lines) in enumerate([(0, 6), (5, 5), (0, 6), (3, 3)]):

@@ -61,7 +61,7 @@ def test_average_too_many_is_an_error_and_writes_nothing(workdir):
 def test_average_then_eval_writes_aligned_outputs_and_both_bleus(workdir):
   result = _main("--mode=average", f"--workdir={workdir}", "--average=2")
   assert result.returncode == 0, result.stderr.decode()[-2000:]
-  from transformer_jax import checkpoint  # pylint: disable=g-import-not-at-top
+  from transformer_jax.training import checkpoint  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   avg, _, step = checkpoint.load_params(os.path.join(workdir, "averaged", "last2"))
@@ -92,7 +92,7 @@ def test_missing_checkpoint_is_one_line(tmp_path):
 
 
 def test_translator_api(workdir):
-  from transformer_jax.translate import Translator  # pylint: disable=g-import-not-at-top
+  from transformer_jax.inference.translate import Translator  # pylint: disable=g-import-not-at-top
   t = Translator.from_workdir(workdir)
   out = t.translate(["A man rides a bike.", "", "Two dogs play."])
   assert len(out) == 3 and out[1] == "" and all(isinstance(x, str) for x in out)
@@ -185,7 +185,7 @@ def test_eval_on_any_parallel_files_with_comparison(workdir, tmp_path):
   assert result.returncode == 2 and "has 1 lines but 3 sentences" in err.strip().splitlines()[-1]
   assert "translate:" not in err, err[-2000:]  # tqdm's bar of the decode: nothing was decoded
   # The paper's BLEU against an already tokenized reference file, as get_ende_bleu.sh.
-  from transformer_jax import bleu  # pylint: disable=g-import-not-at-top
+  from transformer_jax.tasks import bleu  # pylint: disable=g-import-not-at-top
   tok_ref = tmp_path / "set.tok.de"
   tok_ref.write_text("Ein Mann fährt Fahrrad .\nZwei Hunde spielen im Schnee .\nEine Frau liest .\n",
                      encoding="utf-8")
@@ -227,7 +227,7 @@ def test_translate_takes_average_and_decode_overrides(workdir):
 
 def test_progress_bar_of_a_wall_time_run_shows_the_time_budget(capsys):
   from configs import multi30k  # pylint: disable=g-import-not-at-top
-  from transformer_jax.metrics import Progress  # pylint: disable=g-import-not-at-top
+  from transformer_jax.training.metrics import Progress  # pylint: disable=g-import-not-at-top
   t = multi30k.get_config("short").train
   bar = Progress(True, t.num_steps, 0, t.max_train_minutes)
   assert bar._bar.total == 180 and bar._bar.unit == "s"  # pylint: disable=protected-access
@@ -258,7 +258,7 @@ def test_vocab_mode_writes_the_vocabulary_training_starts_with_and_nothing_else(
 
 def test_report_names_tag_each_decode_setting_that_changes_the_outputs():
   """Eval reports made with other decode settings never overwrite each other (file names)."""
-  from transformer_jax import evaluate  # pylint: disable=g-import-not-at-top
+  from transformer_jax.inference import evaluate  # pylint: disable=g-import-not-at-top
   assert evaluate._settings_tag({  # pylint: disable=protected-access
       "decode.beam_size": 1, "decode.batch_size": 8, "decode.parse_constraint": True,
       "decode.parse_max_opens_in_a_row": 6, "decode.parse_max_unary_chain": 5,

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 from absl import flags
 
-from transformer_jax import config as config_lib, errors, files as files_lib, host_memory
-from transformer_jax import overrides as overrides_lib
+from transformer_jax.runtime import exceptions
+from transformer_jax.runtime import config as config_lib, cli, files as files_lib, host_memory
+from transformer_jax.runtime import overrides as overrides_lib
 
 _CONFIG = flags.DEFINE_string("config", None, "Run config file for training, e.g. "
                               "configs/multi30k.py, configs/multi30k.py:short or "
@@ -58,7 +59,7 @@ _STEP = flags.DEFINE_integer("step", None, "Checkpoint step to use (default: the
 _BRANCH_FROM = flags.DEFINE_string("branch_from", None, "Train: continue this workdir's checkpoint "
                                    "--step in --workdir (a new folder) with its config; "
                                    "--config.* may change only steps, cool-down and cadence "
-                                   "(transformer_jax/branch.py).")
+                                   "(transformer_jax/training/branch.py).")
 _INPUT = flags.DEFINE_string("input", "-", "Text to translate, one sentence a line ('-': stdin).")
 _OUTPUT = flags.DEFINE_string("output", "-", "Where translations go ('-': stdout).")
 _COORDINATOR = flags.DEFINE_string("coordinator_address", None,
@@ -68,45 +69,45 @@ _PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index in 
 
 
 def main(argv):
-  mode, overrides = _MODE.value, errors.OVERRIDE_ARGS
+  mode, overrides = _MODE.value, cli.OVERRIDE_ARGS
   if len(argv) > 1:
-    raise config_lib.ConfigError(f"unexpected arguments: {' '.join(argv[1:])}")
+    raise exceptions.ConfigError(f"unexpected arguments: {' '.join(argv[1:])}")
   if _WORKDIR.value is None:
-    raise config_lib.ConfigError("--workdir is required")
+    raise exceptions.ConfigError("--workdir is required")
   for flag in (_WORKDIR, _BRANCH_FROM, _CONFIG, _INPUT, _OUTPUT):  # '--workdir=$UNSET'
     if flag.value is not None and not flag.value.strip():
-      raise config_lib.ConfigError(f"--{flag.name} is empty (an unset shell variable?); give a path")
+      raise exceptions.ConfigError(f"--{flag.name} is empty (an unset shell variable?); give a path")
   if mode == "average" and _AVERAGE.value == 0:
-    raise config_lib.ConfigError("--average=0: --mode=average needs K >= 1 checkpoints (default 5)")
+    raise exceptions.ConfigError("--average=0: --mode=average needs K >= 1 checkpoints (default 5)")
   average = _AVERAGE.value if _AVERAGE.value is not None else (5 if mode == "average" else 0)
   workdir = files_lib.resolve(_WORKDIR.value)  # gs:// stays a URL; its package is checked now
   if mode not in ("train", "vocab") and _CONFIG.value:
-    raise config_lib.ConfigError(f"--config is for --mode=train or vocab; --mode={mode} uses the "
+    raise exceptions.ConfigError(f"--config is for --mode=train or vocab; --mode={mode} uses the "
                                  "checkpoint's config (override decode settings with --config.decode.*)")
   if _ENSEMBLE.value and mode not in ("eval", "translate"):
-    raise config_lib.ConfigError(f"--ensemble is for --mode=eval or translate, not --mode={mode}")
+    raise exceptions.ConfigError(f"--ensemble is for --mode=eval or translate, not --mode={mode}")
   # Flags and the config file are checked before JAX is imported: a mistake in them is reported
   # at once, and the entry point re-executes itself with its malloc settings (host_memory)
   # before JAX is loaded.
   config = None
   if _BRANCH_FROM.value is not None:
     if mode != "train" or _CONFIG.value or _STEP.value is None:
-      raise config_lib.ConfigError("--branch_from is for --mode=train, with --step and without "
+      raise exceptions.ConfigError("--branch_from is for --mode=train, with --step and without "
                                    "--config (the branch keeps the source run's config)")
   elif mode in ("train", "vocab"):
     if _STEP.value is not None:
-      raise config_lib.ConfigError(f"--step is not for --mode={mode} (training from a "
+      raise exceptions.ConfigError(f"--step is not for --mode={mode} (training from a "
                                    "checkpoint of another run: --branch_from with --step)")
     if _CONFIG.value is None:
-      raise config_lib.ConfigError(f"--config is required for --mode={mode}")
+      raise exceptions.ConfigError(f"--config is required for --mode={mode}")
     config = overrides_lib.load(_CONFIG.value, overrides)
   elif mode == "eval":
     splits, files = _eval_sets()
-  from transformer_jax import distributed  # pylint: disable=g-import-not-at-top
+  from transformer_jax.runtime import distributed  # pylint: disable=g-import-not-at-top
   distributed.enable_compilation_cache()
   distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   if _BRANCH_FROM.value is not None:
-    from transformer_jax import branch  # pylint: disable=g-import-not-at-top
+    from transformer_jax.training import branch  # pylint: disable=g-import-not-at-top
     config = branch.prepare(files_lib.resolve(_BRANCH_FROM.value), _STEP.value, workdir,
                             overrides_lib.parse_overrides(overrides))
   if mode in ("train", "vocab"):
@@ -116,17 +117,17 @@ def main(argv):
     else:
       print(f"vocabulary in {train.prepare_vocabulary(config, workdir)}")
   elif mode == "average":
-    from transformer_jax import averaging  # pylint: disable=g-import-not-at-top
+    from transformer_jax.training import averaging  # pylint: disable=g-import-not-at-top
     out = averaging.average_workdir(workdir, average, step=_STEP.value)
     print(f"averaged checkpoints written to {out}")
   elif mode == "eval":
-    from transformer_jax import evaluate  # pylint: disable=g-import-not-at-top
+    from transformer_jax.inference import evaluate  # pylint: disable=g-import-not-at-top
     evaluate.evaluate_workdir(workdir, splits=splits, files=files,
                               average=average, step=_STEP.value, override_args=overrides,
                               bleu_sentences=_BLEU_SENTENCES.value, compare=_COMPARE.value,
                               ensemble=_ENSEMBLE.value)
   else:
-    from transformer_jax import translate  # pylint: disable=g-import-not-at-top
+    from transformer_jax.inference import translate  # pylint: disable=g-import-not-at-top
     translate.translate_files(workdir, _INPUT.value, _OUTPUT.value, step=_STEP.value,
                               average=average, override_args=overrides,
                               ensemble=_ENSEMBLE.value)
@@ -135,16 +136,16 @@ def main(argv):
 def _eval_sets():
   """--mode=eval's configured splits and (source, reference, tokenized reference) files."""
   if len(_SOURCE.value) != len(_REFERENCE.value):
-    raise config_lib.ConfigError(f"{len(_SOURCE.value)} --source but {len(_REFERENCE.value)} "
+    raise exceptions.ConfigError(f"{len(_SOURCE.value)} --source but {len(_REFERENCE.value)} "
                                  "--reference flags; give one --reference per --source")
   tokenized = _TOKENIZED_REFERENCE.value
   if tokenized and len(tokenized) != len(_SOURCE.value):
-    raise config_lib.ConfigError(f"{len(tokenized)} --tokenized_reference but "
+    raise exceptions.ConfigError(f"{len(tokenized)} --tokenized_reference but "
                                  f"{len(_SOURCE.value)} --source flags; give one per --source")
   splits = _SPLIT.value if _SPLIT.value is not None else ([] if _SOURCE.value else ["test"])
   for split in splits:
     if split not in ("validation", "test"):
-      raise config_lib.ConfigError(f"--split={split}: expected validation or test (or give "
+      raise exceptions.ConfigError(f"--split={split}: expected validation or test (or give "
                                    "--source/--reference files)")
   files = list(zip(_SOURCE.value, _REFERENCE.value, tokenized or [""] * len(_SOURCE.value)))
   return splits, files
@@ -152,4 +153,4 @@ def _eval_sets():
 
 if __name__ == "__main__":
   host_memory.reexec_with_malloc_settings()  # before jax starts: no page faults per step on CPU
-  errors.run(main)
+  cli.run(main)

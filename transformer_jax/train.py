@@ -24,7 +24,7 @@ Stops: SIGTERM (preemption) and a first Ctrl-C write a checkpoint of the current
 (a second Ctrl-C stops at once). A non-finite
 loss or gradient norm stops the run naming the step, before anything from that state is saved
 (the last good checkpoint stays); a loss above `train.divergence_warn_factor` times the lowest
-so far warns once. A checkpoint that cannot be written (checkpoint.SaveError) or any other file
+so far warns once. A checkpoint that cannot be written (exceptions.SaveError) or any other file
 error (a full disk) stops the run with one line and the free space.
 """
 
@@ -41,13 +41,21 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from transformer_jax import attention, branch, checkpoint, distributed, evaluate as evaluate_lib
-from transformer_jax import files, sharding
-from transformer_jax import matmul, step as step_lib, workdir as workdir_lib
-from transformer_jax.config import ConfigError, ModelConfig, validate
-from transformer_jax.data import pipeline, sources, tokenizer, trees
-from transformer_jax.exceptions import TrainingError  # re-exported: train.TrainingError
-from transformer_jax.metrics import (MetricsWriter, ProfileWindow, Progress, measure_peak_flops,
+from transformer_jax.runtime import exceptions
+from transformer_jax.inference import evaluate as evaluate_lib
+from transformer_jax.model import attention
+from transformer_jax.runtime import distributed
+from transformer_jax.training import branch, checkpoint
+from transformer_jax.model import sharding
+from transformer_jax.runtime import files
+from transformer_jax.model import matmul
+from transformer_jax.training import step as step_lib, workdir as workdir_lib
+from transformer_jax.runtime.config import ModelConfig, validate
+from transformer_jax.runtime.exceptions import ConfigError
+from transformer_jax.data import pipeline, sources, tokenizer
+from transformer_jax.tasks.parsing import trees
+from transformer_jax.runtime.exceptions import TrainingError
+from transformer_jax.training.metrics import (MetricsWriter, ProfileWindow, Progress, measure_peak_flops,
                                      mfu, train_flops)
 
 

@@ -15,6 +15,6 @@
 Every user mistake or bad input raises :class:`DataError` (a :class:`ConfigError`) with one line.
 """
 
-from transformer_jax.exceptions import DataError  # defined there, with the other error types
+from transformer_jax.runtime.exceptions import DataError  # defined there, with the other error types
 
 __all__ = ["DataError"]

@@ -25,8 +25,8 @@ import dataclasses
 import numpy as np
 from absl import logging
 
-from transformer_jax.data import DataError
-from transformer_jax.special_ids import EOS_ID
+from transformer_jax.runtime.exceptions import DataError
+from transformer_jax.runtime.special_ids import EOS_ID
 
 LENGTH_STEP = 8      # padded lengths are multiples of this (few distinct shapes to compile)
 PACK_WINDOW = 16     # open rows that first-fit packing considers

@@ -15,7 +15,7 @@ import urllib.request
 
 from absl import logging
 
-from transformer_jax import files
+from transformer_jax.runtime import files
 
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/{stem}.{lang}.gz"
 SACREBLEU_TEST_SETS = {"newstest2013": "wmt13", "newstest2014": "wmt14/full"}

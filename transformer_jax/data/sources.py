@@ -45,8 +45,10 @@ import numpy as np
 import tensorflow_datasets as tfds
 from absl import logging
 
-from transformer_jax.config import DATA_DIR_ENV
-from transformer_jax.data import DataError, downloads, trees
+from transformer_jax.runtime.config import DATA_DIR_ENV
+from transformer_jax.data import downloads
+from transformer_jax.runtime.exceptions import DataError
+from transformer_jax.tasks.parsing import trees
 
 SPLITS = ("train", "validation", "test")
 EXTRA = "train_extra"  # prepared split k of data.extra_train_files: f"{EXTRA}{k}", k = 1, 2, ...

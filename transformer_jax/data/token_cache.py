@@ -24,9 +24,10 @@ from typing import Iterable, Iterator
 import numpy as np
 from absl import logging
 
-from transformer_jax.data import DataError, sources
+from transformer_jax.data import sources
+from transformer_jax.runtime.exceptions import DataError
 from transformer_jax.data.tokenizer import Tokenizer
-from transformer_jax.special_ids import EOS_ID
+from transformer_jax.runtime.special_ids import EOS_ID
 
 _FILES = ("source_ids", "source_offsets", "target_ids", "target_offsets")
 _TEXT_FILES = ("source_bytes", "source_offsets", "target_bytes", "target_offsets")

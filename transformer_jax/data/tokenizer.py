@@ -3,7 +3,7 @@
 Training (:func:`load_or_train_tokenizer`) trains it once on a sample of the training split's
 cleaned sentences (both sides) and keeps it at ``WORKDIR/vocab/spm.model`` (written to a temp
 file, then renamed); later runs load it. Evaluation and translation only load it
-(:func:`load_tokenizer`). Special ids come from :mod:`transformer_jax.special_ids`; there is no
+(:func:`load_tokenizer`). Special ids come from :mod:`transformer_jax.runtime.special_ids`; there is no
 bos (the decoder's start symbol is the pad id).
 """
 
@@ -22,10 +22,11 @@ import sentencepiece as spm
 from absl import logging
 from sentencepiece import sentencepiece_model_pb2
 
-from transformer_jax import files
-from transformer_jax.config import ConfigError
-from transformer_jax.data import DataError, sources
-from transformer_jax.special_ids import EOS_ID, PAD_ID, UNK_ID
+from transformer_jax.runtime import files
+from transformer_jax.runtime.exceptions import ConfigError
+from transformer_jax.data import sources
+from transformer_jax.runtime.exceptions import DataError
+from transformer_jax.runtime.special_ids import EOS_ID, PAD_ID, UNK_ID
 
 VOCAB_SUBDIR, MODEL_NAME = "vocab", "spm.model"
 _SAMPLING = threading.Lock()  # SentencePiece's sampling seed is one process-wide setting

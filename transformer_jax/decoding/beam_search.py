@@ -1,0 +1,210 @@
+"""Beam search over a KV-cached decoder (paper §6.1), one `lax.while_loop`.
+
+Search semantics (tensor2tensor's beam search, as the paper used, after the flax WMT example):
+- a hypothesis Y is a token sequence ending in EOS; its score is log P(Y) / lp(|Y|) with the
+  length penalty lp(n) = ((5 + n) / 6)^alpha (Wu et al. 2016), |Y| counting the EOS;
+- each step expands the k live hypotheses of a sentence by every token, keeps the best 2k
+  candidates (so that k of them are not EOS), sends those ending in EOS to the sentence's
+  finished set (the best k kept) and the best k others on as the new live hypotheses;
+- output length limit per sentence: `limit_B` tokens including EOS (callers pass source length
+  + max_extra_len). At a sentence's last allowed position only EOS may follow, so every live
+  hypothesis is forced to finish there (its score uses the model's own log P(EOS));
+- early termination: a sentence is done when its k finished slots are full and the worst of
+  them beats the best score any live hypothesis could still reach, best_live_logprob /
+  lp(limit) (log-probabilities only fall and lp only grows); the loop stops when every
+  sentence is done, or at the buffer length;
+- the padding id 0 is never emitted (a deviation from t2t; a trained model gives it ~0 mass,
+  and teacher-forced scoring could not represent it).
+
+With k = 1 this is greedy search, except that (as in t2t) an EOS ranked second at some step is
+still kept as a finished hypothesis, and it is returned if it scores better than the greedy path.
+
+Batch rows are sentences; beams live in a second axis (`_BxK`) and are flattened to B*K rows for
+the model (`_N`, N = B*K, row b*K + j is beam j of sentence b).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from transformer_jax.runtime.special_ids import EOS_ID, PAD_ID
+
+NEG_INF = -1.0e9  # finite, so that sums and differences of invalid scores stay finite
+
+# step_fn(ids_Nx1, position (int32 scalar), cache) -> (logits_NxV float32, new cache)
+StepFn = Callable[[jnp.ndarray, jnp.ndarray, Any], tuple[jnp.ndarray, Any]]
+
+
+def length_penalty(length, alpha: float):
+  """lp(n) = ((5 + n) / 6)^alpha."""
+  return jnp.power((5.0 + jnp.asarray(length, jnp.float32)) / 6.0, alpha)
+
+
+def _step_log_probs(logits_NxV, position, limit_N):
+  """Log-softmax with padding removed and, at a row's last allowed position, only EOS left."""
+  logprobs_NxV = jax.nn.log_softmax(logits_NxV.astype(jnp.float32), axis=-1)
+  vocab_V = jnp.arange(logprobs_NxV.shape[-1])
+  at_limit_Nx1 = (position + 1 >= limit_N)[:, None]
+  banned_NxV = (vocab_V == PAD_ID)[None, :] | (at_limit_Nx1 & (vocab_V != EOS_ID)[None, :])
+  return jnp.where(banned_NxV, NEG_INF, logprobs_NxV)
+
+
+# ----------------------------------------------------------------------------- cache helpers
+
+
+def expand_to_beams(tree, beam_size: int):
+  """Repeats every batch-major leaf [B, ...] to [B*K, ...] (row b*K + j); scalars unchanged."""
+  def expand(x):
+    return x if jnp.ndim(x) == 0 else jnp.repeat(x, beam_size, axis=0)
+  return jax.tree_util.tree_map(expand, tree)
+
+
+def _needs_reorder(path) -> bool:
+  # Only the self-attention layers' beam tables (`source_beams`, attention.py) follow the beams:
+  # the key/value buffers stay where they were written, the cross-attention keys/values are the
+  # same for every beam of a sentence, and the cache index is a scalar. A step function's own
+  # per-row state (tree_constraint.py) sits under `per_beam` and follows its beam too.
+  names = {getattr(p, "key", getattr(p, "name", None)) for p in path}
+  return "source_beams" in names or "per_beam" in names
+
+
+def reorder_cache(cache, flat_rows_N):
+  """New row r continues old row flat_rows_N[r] (a row of the same sentence): the
+  self-attention beam tables are gathered (int32 [rows, positions], not the key/value
+  buffers, which attention reads through them)."""
+  def gather(path, x):
+    return jnp.take(x, flat_rows_N, axis=0) if _needs_reorder(path) else x
+  return jax.tree_util.tree_map_with_path(gather, cache)
+
+
+def _flat_rows(beam_BxK, beam_size):
+  """Beam indices within each sentence -> row indices in the flattened [B*K] batch."""
+  batch = beam_BxK.shape[0]
+  return (jnp.arange(batch)[:, None] * beam_size + beam_BxK).reshape(-1)
+
+
+def _take_beams(x_BxMxR, idx_BxK):
+  """Picks entries along axis 1 of a [B, M, ...] array: out[b, j] = x[b, idx[b, j]]."""
+  idx = idx_BxK.reshape(idx_BxK.shape + (1,) * (x_BxMxR.ndim - 2))
+  return jnp.take_along_axis(x_BxMxR, idx, axis=1)
+
+
+# ----------------------------------------------------------------------------- beam search
+
+
+class BeamState(NamedTuple):
+  """The loop carry. `step` = number of tokens decoded so far (= position of the next one)."""
+
+  step: jnp.ndarray                # int32 scalar
+  live_seqs_BxKxL: jnp.ndarray     # int32 output tokens (no start symbol), 0 after `step`
+  live_logprobs_BxK: jnp.ndarray   # float32 log P(prefix); NEG_INF for no hypothesis
+  last_ids_BxK: jnp.ndarray        # int32 the token each live hypothesis ends with (0 at start)
+  finished_seqs_BxKxL: jnp.ndarray
+  finished_scores_BxK: jnp.ndarray  # float32 length-penalised; NEG_INF for an empty slot
+  finished_flags_BxK: jnp.ndarray   # bool
+  cache: Any                        # decoder cache with B*K rows
+
+
+class BeamResult(NamedTuple):
+  seqs_BxKxL: jnp.ndarray   # int32 finished hypotheses, best first, EOS-terminated, zero padded
+  scores_BxK: jnp.ndarray   # float32 log P(Y) / lp(|Y|)
+  num_steps: jnp.ndarray    # int32 scalar: decoder steps run (< L when it stopped early)
+
+
+def _sentence_done(state: BeamState, limit_B, alpha, stop_early=True):
+  """[B] bool: the sentence reached its length limit, or no live hypothesis can still win."""
+  if not stop_early:
+    return state.step >= limit_B
+  best_live_B = state.live_logprobs_BxK[:, 0]  # live hypotheses are kept sorted, best first
+  best_reachable_B = best_live_B / length_penalty(limit_B, alpha)
+  all_full_B = jnp.all(state.finished_flags_BxK, axis=1)
+  worst_finished_B = jnp.where(all_full_B, jnp.min(state.finished_scores_BxK, axis=1), NEG_INF)
+  return (state.step >= limit_B) | (worst_finished_B > best_reachable_B)
+
+
+def beam_search(step_fn: StepFn, cache, limit_B, *, beam_size: int, alpha: float,
+                max_len: int, stop_early: bool = True) -> BeamResult:
+  """Beam search for a batch of sentences.
+
+  Args:
+    step_fn: (ids [B*K, 1], position, cache) -> (logits [B*K, V], cache).
+    cache: the decoder cache for the B*K rows (row b*K + j: beam j of sentence b).
+    limit_B: int32 [B], the longest output of each sentence in tokens, EOS included
+      (clipped to [1, max_len]).
+    beam_size: k.
+    alpha: the length penalty exponent (>= 0 for the termination bound to hold).
+    max_len: static buffer length L (>= max(limit_B)).
+    stop_early: stop a sentence when no live hypothesis can beat its finished ones (False:
+      run every sentence to its limit; the result is the same, only slower).
+
+  Returns:
+    BeamResult: the k finished hypotheses of each sentence, best first ([B, K, L] int32,
+    EOS-terminated, zero padded), their scores log P(Y) / lp(|Y|) [B, K], the steps run.
+  """
+  k = beam_size
+  limit_B = jnp.clip(jnp.asarray(limit_B, jnp.int32), 1, max_len)
+  batch = limit_B.shape[0]
+  limit_N = jnp.repeat(limit_B, k)
+  first_beam_only_BxK = jnp.where(jnp.arange(k) == 0, 0.0, NEG_INF)[None, :]
+  state = BeamState(
+      step=jnp.array(0, jnp.int32),
+      live_seqs_BxKxL=jnp.zeros((batch, k, max_len), jnp.int32),
+      live_logprobs_BxK=jnp.broadcast_to(first_beam_only_BxK, (batch, k)).astype(jnp.float32),
+      last_ids_BxK=jnp.zeros((batch, k), jnp.int32),
+      finished_seqs_BxKxL=jnp.zeros((batch, k, max_len), jnp.int32),
+      finished_scores_BxK=jnp.full((batch, k), NEG_INF, jnp.float32),
+      finished_flags_BxK=jnp.zeros((batch, k), bool),
+      cache=cache)
+
+  def cond_fn(state: BeamState):
+    return (state.step < max_len) & ~jnp.all(_sentence_done(state, limit_B, alpha, stop_early))
+
+  def body_fn(state: BeamState):
+    t = state.step
+    logits_NxV, cache = step_fn(state.last_ids_BxK.reshape(batch * k, 1), t, state.cache)
+    vocab = logits_NxV.shape[-1]
+    logprobs_BxKxV = _step_log_probs(logits_NxV, t, limit_N).reshape(batch, k, vocab)
+    candidates_BxKxV = state.live_logprobs_BxK[:, :, None] + logprobs_BxKxV
+
+    # The best 2k extensions: at most k end in EOS, so k of them go on living.
+    cand_logprobs_Bx2K, flat_idx_Bx2K = lax.top_k(candidates_BxKxV.reshape(batch, k * vocab), 2 * k)
+    cand_valid_Bx2K = cand_logprobs_Bx2K > 0.5 * NEG_INF
+    cand_logprobs_Bx2K = jnp.where(cand_valid_Bx2K, cand_logprobs_Bx2K, NEG_INF)
+    cand_beam_Bx2K = flat_idx_Bx2K // vocab
+    cand_ids_Bx2K = (flat_idx_Bx2K % vocab).astype(jnp.int32)
+    cand_seqs_Bx2KxL = _take_beams(state.live_seqs_BxKxL, cand_beam_Bx2K)
+    cand_seqs_Bx2KxL = lax.dynamic_update_slice(cand_seqs_Bx2KxL, cand_ids_Bx2K[:, :, None], (0, 0, t))
+    cand_eos_Bx2K = cand_ids_Bx2K == EOS_ID
+
+    # Live: the best k candidates not ending in EOS; the cache follows their parent beams.
+    alive_Bx2K = jnp.where(cand_eos_Bx2K, NEG_INF, cand_logprobs_Bx2K)
+    live_logprobs_BxK, pick_BxK = lax.top_k(alive_Bx2K, k)
+    live_parent_BxK = _take_beams(cand_beam_Bx2K, pick_BxK)
+    cache = reorder_cache(cache, _flat_rows(live_parent_BxK, k))
+
+    # Finished: merge the new EOS candidates into the k best so far.
+    new_flags_Bx2K = cand_eos_Bx2K & cand_valid_Bx2K
+    new_scores_Bx2K = jnp.where(new_flags_Bx2K, cand_logprobs_Bx2K / length_penalty(t + 1, alpha),
+                                NEG_INF)
+    all_scores_Bx3K = jnp.concatenate([state.finished_scores_BxK, new_scores_Bx2K], axis=1)
+    all_flags_Bx3K = jnp.concatenate([state.finished_flags_BxK, new_flags_Bx2K], axis=1)
+    all_seqs_Bx3KxL = jnp.concatenate([state.finished_seqs_BxKxL, cand_seqs_Bx2KxL], axis=1)
+    finished_scores_BxK, keep_BxK = lax.top_k(all_scores_Bx3K, k)
+
+    return BeamState(
+        step=t + 1,
+        live_seqs_BxKxL=_take_beams(cand_seqs_Bx2KxL, pick_BxK),
+        live_logprobs_BxK=live_logprobs_BxK,
+        last_ids_BxK=_take_beams(cand_ids_Bx2K, pick_BxK),
+        finished_seqs_BxKxL=_take_beams(all_seqs_Bx3KxL, keep_BxK),
+        finished_scores_BxK=finished_scores_BxK,
+        finished_flags_BxK=_take_beams(all_flags_Bx3K, keep_BxK),
+        cache=cache)
+
+  final = lax.while_loop(cond_fn, body_fn, state)
+  # Every sentence is forced to finish at its limit (<= max_len), so finished slot 0 is filled.
+  return BeamResult(final.finished_seqs_BxKxL, final.finished_scores_BxK, final.step)

@@ -1,0 +1,332 @@
+"""Evaluation: the one path from parameters and an evaluation set to scores.
+
+`Evaluator` scores parameters on one evaluation set (a configured split such as 'validation' or
+'test', or any parallel files):
+- teacher-forced over the whole set: `loss` (label-smoothed, the training objective), `nll` and
+  `perplexity` = exp(nll) per target token;
+- beam search (the config's `decode.*` settings) on the first `bleu_sentences` sentences (0: all):
+  sacreBLEU BLEU, chrF and TER with their signatures, and the paper's tokenized BLEU (bleu.py);
+  for a parser (data.task='parsing'), bracket F1, precision, recall, exact match (also over the
+  sentences of <= 40 words, `le40`) and the count of repaired outputs instead (parseval.py),
+  the hypotheses being trees.
+Training (dev metrics every `train.eval_every_steps`), `--mode=eval` (`evaluate_workdir`), the
+sweep runner (through `--mode=eval`) and experiments/report_run.py all go through it.
+
+`evaluate_workdir` loads a checkpoint (or the average of the last k), applies the user's
+`decode.*` / `data.*` overrides on top of the checkpoint's config (a `model.*` or `train.*`
+override cannot change a trained model: a ConfigError), evaluates each requested set and writes
+per set, in `WORKDIR/eval/`:
+- `<set>_step<N>[_avg<k>][_<decode settings>][_bleu<n>].txt` (workdir.eval_stem): one
+  translation per source line;
+- `... .jsonl`: per sentence: index, source, reference, hypothesis;
+- `... .json`: the report: metrics, signatures, decode settings, timing (`decode_seconds`,
+  compiling included, and `decoder_steps`, the steps the searches ran: time per step apart from
+  the number of steps), and with `compare`, the paired bootstrap against the other system (BLEU
+  and chrF; bracket F1 for parsers);
+and, for several sets, `summary_step<N>[...].md`, one row per set.
+
+With `ensemble` (`--ensemble=OTHER,...`), the other workdirs' models are scored together with
+WORKDIR's, as the mean of their next-token probabilities (step.ensemble_eval_step for the
+perplexity, decode.ensemble_step_fn for the search): the report names them, and its file names
+carry `_ensemble-<their names>`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import time
+from typing import Sequence
+
+import jax
+import ml_collections
+
+from transformer_jax.model import sharding
+from transformer_jax.runtime import files as files_lib, markdown
+from transformer_jax.tasks import bleu
+from transformer_jax.training import step as step_lib
+from transformer_jax.tasks.parsing import parseval
+from transformer_jax.training import workdir as workdir_lib
+from transformer_jax.runtime.config import ModelConfig
+from transformer_jax.runtime.exceptions import ConfigError
+from transformer_jax.data import pipeline, sources as sources_lib, tokenizer as tok_lib
+from transformer_jax.tasks.parsing.trees import nltk  # loaded at its first use
+from transformer_jax.runtime.files import read_lines
+from transformer_jax.inference.trained import checkpoint_config, ensemble_members
+from transformer_jax.inference.translate import Translator
+
+
+@dataclasses.dataclass
+class EvalSet:
+  """Aligned source and reference sentences, and their teacher-forcing batches."""
+  name: str                 # 'validation', 'test', or a file stem
+  origin: str               # where the sentences came from, for the report
+  sources: list[str]
+  references: list[str]
+  batches: list[dict]
+  tokenized_references: list[str] | None = None  # for the paper's BLEU, as get_ende_bleu.sh
+
+
+def load_eval_set(config, tok, *, split: str | None = None, files: tuple[str, ...] | None = None,
+                  batch_multiple: int = 1) -> EvalSet:
+  """A configured split, or (source_file, reference_file[, tokenized_reference_file]) of any
+  parallel text; a tokenized reference file is what the paper's BLEU scores against."""
+  common = dict(batch_multiple=batch_multiple, process_index=jax.process_index(),
+                process_count=jax.process_count())
+  if files is not None:
+    src_path, ref_path, *tokenized = files
+    texts = sources_lib.read_parallel_files(src_path, ref_path,
+                                            html_unescape=config.data.html_unescape)
+    tokenized_refs = None
+    if tokenized and tokenized[0]:
+      _, tokenized_refs = sources_lib.read_parallel_files(src_path, tokenized[0])
+    batches = pipeline.make_eval_batches(config, tok, None, texts=texts, **common)
+    name = os.path.basename(src_path).split(".")[0]
+    return EvalSet(name, f"files {src_path} / {ref_path}", *texts, batches, tokenized_refs)
+  texts = sources_lib.load_split_texts(config, split)
+  batches = pipeline.make_eval_batches(config, tok, split, **common)
+  return EvalSet(split, f"split {split} of {config.data.dataset} {config.data.local_corpus}".strip(),
+                 *texts, batches)
+
+
+def translated_count(eval_set, bleu_sentences: int) -> int:
+  """How many of a set's sentences an evaluation translates: all for 0, else the first n."""
+  return min(bleu_sentences or len(eval_set.sources), len(eval_set.sources))
+
+
+class Evaluator:
+  """Scores parameters on one EvalSet; the teacher-forced step is compiled once."""
+
+  def __init__(self, config: ml_collections.ConfigDict, tok, mesh, eval_set: EvalSet,
+               params_sharding=None, ensemble=()):
+    """`ensemble`: (model config, parameters) of models scored together with the given one
+    (the mean of their next-token probabilities, in perplexity as in translation)."""
+    self.config, self.tok, self.mesh, self.eval_set = config, tok, mesh, eval_set
+    self.ensemble = tuple(ensemble)
+    if self.ensemble:
+      cfgs = (ModelConfig.from_config(config.model), *(c for c, _ in self.ensemble))
+      self._step = step_lib.jit_ensemble_eval_step(cfgs, config.train.label_smoothing, mesh)
+      return
+    if params_sharding is None:
+      params_sharding = step_lib.state_shardings(config, mesh)[1].params
+    self._step = step_lib.jit_eval_step(config, mesh, params_sharding)
+
+  def __call__(self, params, *, bleu_sentences: int | None = 0, max_batches: int = 0,
+               progress: bool = False) -> tuple[dict, list[str]]:
+    """(report, hypotheses). `bleu_sentences`: None translates nothing, 0 all sentences, n the
+    first n. `max_batches` > 0 limits the teacher-forced pass (training's quick dev loss)."""
+    start = time.time()
+    report = self._teacher_forced(params, max_batches)
+    hypotheses: list[str] = []
+    if bleu_sentences is not None:
+      n = translated_count(self.eval_set, bleu_sentences)
+      sources, references = self.eval_set.sources[:n], self.eval_set.references[:n]
+      decode_start = time.time()
+      parsing = self.config.data.task == "parsing"
+      translator = Translator(params, self.config, self.tok, self.mesh, ensemble=self.ensemble)
+      hypotheses = translator.translate(sources, progress=progress, raw=parsing)
+      report["decode_seconds"] = time.time() - decode_start  # compiling included
+      report["sentences_per_second"] = len(sources) / max(report["decode_seconds"], 1e-9)
+      report["decoder_steps"] = translator.decoder_steps
+      tokenized = self.eval_set.tokenized_references
+      if parsing:  # skeletons -> trees (repaired where needed), scored as EVALB does
+        scores, hypotheses = parseval.evaluate_parses(sources, hypotheses, references,
+                                                      self.config.data.parse_leaves)
+        report.update(scores)
+      else:
+        report.update(bleu.bleu_report(hypotheses, references, self.config.data.target_lang,
+                                       tokenized_references=tokenized[:n] if tokenized else None))
+      report["sentences"] = len(sources)
+    report["eval_seconds"] = time.time() - start
+    return report, hypotheses
+
+  def _teacher_forced(self, params, max_batches: int) -> dict:
+    if self.ensemble:
+      params = (params, *(p for _, p in self.ensemble))
+    totals = {"loss_sum": 0.0, "nll_sum": 0.0, "tokens": 0.0}
+    batches = self.eval_set.batches[:max_batches or None]
+    for batch in batches:
+      batch = {k: v for k, v in batch.items() if k in step_lib.BATCH_KEYS}
+      out = self._step(params, sharding.global_batch(self.mesh, batch))
+      for k in totals:
+        totals[k] += float(out[k])
+    tokens = max(totals["tokens"], 1.0)
+    nll = totals["nll_sum"] / tokens
+    return {"loss": totals["loss_sum"] / tokens, "nll": nll,
+            "perplexity": math.exp(min(nll, 50.0)), "tokens": totals["tokens"]}
+
+
+def ensemble_tag(workdirs: Sequence[str]) -> str:
+  """'_ensemble-s1-3fa2c1' for the other members' (resolved) workdirs: their folder names and a
+  hash of their full paths, so that two ensembles of like-named runs never overwrite each
+  other's reports; '' for none. Part of the report's file name (workdir.eval_stem)."""
+  if not workdirs:
+    return ""
+  names = "-".join(os.path.basename(w.rstrip("/")) for w in workdirs)
+  return f"_ensemble-{names}-{hashlib.sha1(chr(10).join(workdirs).encode()).hexdigest()[:6]}"
+
+
+def evaluate_workdir(workdir: str, *, splits: Sequence[str] = ("test",),
+                     files: Sequence[tuple[str, ...]] = (), average: int = 0,
+                     step: int | None = None, override_args: Sequence[str] = (),
+                     bleu_sentences: int = 0, compare: str = "",
+                     ensemble: Sequence[str] = ()) -> list[dict]:
+  """`--mode=eval`: evaluates a workdir's checkpoint (with `ensemble`: together with other
+  workdirs' models, ensemble_members) on each split and each (source, reference[, tokenized
+  reference]) set of files; returns the reports (also written to WORKDIR/eval/)."""
+  asked_step = step
+  if bleu_sentences < 0:
+    raise ConfigError(f"--bleu_sentences={bleu_sentences}: expected 0 (all) or a positive count")
+  workdir = files_lib.resolve(workdir)
+  if jax.process_index() == 0:  # where the reports go, checked before anything is decoded
+    eval_dir = files_lib.join(workdir, workdir_lib.EVAL_FOLDER)
+    where = eval_dir if files_lib.isdir(eval_dir) else workdir  # created when the first is written
+    reason = files_lib.cannot_write_in(where) if files_lib.isdir(workdir) else None
+    if reason:
+      raise ConfigError(f"cannot write the reports to {eval_dir} ({reason}); nothing was evaluated")
+  params, config, step, overrides = checkpoint_config(workdir, override_args, average=average,
+                                                      step=step)
+  tok = tok_lib.load_tokenizer(workdir)  # never trains one: a workdir without vocab/ is an error
+  members = ensemble_members(workdir, ensemble, average=average, step=asked_step)
+  mesh = sharding.make_mesh(config.mesh)
+  rows = sharding.batch_parallelism(mesh)
+  requested = [dict(split=s) for s in splits] + [dict(files=tuple(f)) for f in files]
+  sets = [load_eval_set(config, tok, batch_multiple=rows, **r) for r in requested]  # errors first
+  tag = _settings_tag(overrides) + ensemble_tag([m["workdir"] for m in members])
+  # The other system's outputs, read (and, for parsers, checked as trees) before anything is
+  # decoded: a wrong --compare is one line at once, not after a whole decode.
+  baselines = [_comparison_hypotheses(compare, s.name, translated_count(s, bleu_sentences))
+               if compare else None for s in sets]
+  if compare and config.data.task == "parsing":  # another parser's trees
+    baselines = [_trees(b, f"--compare={compare}") for b in baselines]
+  reports = []
+  for eval_set, baseline in zip(sets, baselines):
+    report, hypotheses = Evaluator(config, tok, mesh, eval_set,
+                                   ensemble=[(m["model"], m["params"]) for m in members])(
+        params, bleu_sentences=bleu_sentences, progress=True)
+    report.update(set=eval_set.name, origin=eval_set.origin, split=eval_set.name, step=step,
+                  averaged_checkpoints=average, decode=dict(config.decode.to_dict()),
+                  overrides={k: v for k, v in overrides.items()})
+    if members:
+      report["ensemble"] = [{k: m[k] for k in ("workdir", "step", "averaged_checkpoints")}
+                            for m in members]
+    if compare:
+      references = eval_set.references[:len(hypotheses)]
+      if config.data.task == "parsing":  # two parsers' trees: bracket F1
+        test = parseval.paired_bootstrap(_trees(references, "reference"),
+                                         baseline,
+                                         _trees(hypotheses, "output"))
+      else:
+        test = bleu.paired_bootstrap(baseline, hypotheses, references)
+      report["compare"] = {"baseline": compare, **test}
+    if jax.process_index() == 0:
+      _write_set(workdir_lib.eval_stem(workdir, eval_set.name, step, average, tag, bleu_sentences),
+                 report, eval_set, hypotheses)
+    reports.append(report)
+  if len(reports) > 1 and jax.process_index() == 0:
+    files_lib.write_text(
+        workdir_lib.eval_stem(workdir, "summary", step, average, tag, bleu_sentences) + ".md",
+        summary_table(reports))
+    print(summary_table(reports), end="", flush=True)
+  return reports
+
+
+def _settings_tag(overrides: dict) -> str:
+  """'_beam1_alpha1.0' (or '_constrained', '_free', '_unary5') for decode settings that differ
+  from the checkpoint's: reports made with other settings never overwrite each other."""
+  short = {"beam_size": lambda v: f"beam{v}", "alpha": lambda v: f"alpha{v}",
+           "max_extra_len": lambda v: f"extra{v}",
+           "parse_constraint": lambda v: "constrained" if v else "free",
+           "parse_max_opens_in_a_row": lambda v: f"opens{v}",
+           "parse_max_unary_chain": lambda v: f"unary{v}"}
+  return "".join(f"_{short[k.split('.')[1]](v)}" for k, v in sorted(overrides.items())
+                 if k.startswith("decode.") and k.split(".")[1] in short)
+
+
+def _write_set(stem: str, report: dict, eval_set: EvalSet, hypotheses: list[str]) -> None:
+  files_lib.makedirs(os.path.dirname(stem))
+  files_lib.write_text(stem + ".txt", "".join(h + "\n" for h in hypotheses))
+  files_lib.write_text(stem + ".jsonl", "".join(
+      json.dumps({"index": i, "source": s, "reference": r, "hypothesis": h}, ensure_ascii=False)
+      + "\n" for i, (s, r, h) in enumerate(zip(eval_set.sources, eval_set.references, hypotheses))))
+  files_lib.write_text(stem + ".json", json.dumps(report, indent=2))
+  line = f"{eval_set.name} step {report['step']}"
+  if "ensemble" in report:
+    line += " with " + ", ".join(f"{m['workdir']} step {m['step']}" for m in report["ensemble"])
+  line += f": perplexity {report['perplexity']:.2f}"
+  if "f1" in report:
+    line += (f", F1 {report['f1']:.2f} (P {report['precision']:.2f}, R {report['recall']:.2f}), "
+             f"exact match {report['exact_match']:.2f}, repaired {report['repaired']}")
+  if "sacrebleu" in report:
+    line += (f", sacreBLEU {report['sacrebleu']:.2f} ({report['sacrebleu_signature']}), chrF "
+             f"{report['chrf']:.2f}, tokenized BLEU {report['tokenized_bleu']:.2f}")
+  if "compare" in report:
+    c = report["compare"]
+    line += f"; vs {c['baseline']}: " + ", ".join(
+        f"{name} {c[key]['delta']:+.2f} (p={c[key]['p_value']:.4f})"
+        for key, name in (("f1", "F1"), ("bleu", "BLEU"), ("chrf", "chrF")) if key in c)
+  print(f"{line}; wrote {stem}.*", flush=True)
+
+
+def summary_table(reports: Sequence[dict]) -> str:
+  """One Markdown row per evaluated set."""
+  if any("f1" in r for r in reports):  # a parser: EVALB's two summaries
+    header = ["set", "step", "sentences", "perplexity", "F1", "P", "R", "exact", "F1 (<= 40 words)",
+              "repaired", "sent/s"]
+    rows = [[r["set"], r["step"], r.get("sentences"), r["perplexity"], r.get("f1"),
+             r.get("precision"), r.get("recall"), r.get("exact_match"),
+             (r.get("le40") or {}).get("f1"), r.get("repaired"), r.get("sentences_per_second")]
+            for r in reports]
+    return markdown.table(header, rows)
+  header = ["set", "step", "sentences", "perplexity", "sacreBLEU", "chrF", "TER", "tokenized BLEU",
+            "sent/s"]
+  rows = [[r["set"], r["step"], r.get("sentences"), r["perplexity"], r.get("sacrebleu"),
+           r.get("chrf"), r.get("ter"), r.get("tokenized_bleu"), r.get("sentences_per_second")]
+          for r in reports]
+  return markdown.table(header, rows)
+
+
+def _trees(texts: Sequence[str], what: str) -> list[nltk.Tree]:
+  """Bracketed tree texts -> trees; one that does not read is a one-line ConfigError."""
+  out = []
+  for i, text in enumerate(texts):
+    try:
+      out.append(nltk.Tree.fromstring(text))
+    except ValueError as e:
+      reason = str(e).strip().splitlines()[0]
+      raise ConfigError(f"{what}: line {i + 1} is not a bracketed tree ({reason}): {text[:60]!r}"
+                        ) from None
+  return out
+
+
+def _comparison_hypotheses(path: str, set_name: str, count: int) -> list[str]:
+  """The other system's translations: a hypotheses file (one per line), an eval report (.json,
+  its .txt beside it), or a workdir (its newest eval of the same set with as many sentences as
+  translated here: a `--bleu_sentences=n` report is chosen only when n sentences were)."""
+  if os.path.isdir(path):
+    folder = os.path.join(path, workdir_lib.EVAL_FOLDER)
+    found = sorted((f for f in (os.listdir(folder) if os.path.isdir(folder) else [])
+                    if f.startswith(f"{set_name}_step") and f.endswith(".txt")),
+                   key=lambda f: os.path.getmtime(os.path.join(folder, f)), reverse=True)
+    if not found:
+      raise ConfigError(f"--compare={path}: no evaluation of '{set_name}' in {folder}; run "
+                        f"--mode=eval on that workdir first")
+    seen = []
+    for f in found:  # newest first; read only until one fits
+      lines = read_lines(os.path.join(folder, f))
+      if len(lines) == count:
+        return lines
+      seen.append(f"{f} ({len(lines)})")
+    raise ConfigError(f"--compare={path}: no evaluation of '{set_name}' with {count} sentences "
+                      f"in {folder} (found: {', '.join(seen)}); compare systems on the same "
+                      "sentences")
+  if path.endswith(".json"):
+    path = path[:-len(".json")] + ".txt"
+  lines = read_lines(path)
+  if len(lines) != count:
+    raise ConfigError(f"--compare={path} has {len(lines)} lines but {count} sentences were "
+                      "translated here; compare systems on the same sentences")
+  return lines

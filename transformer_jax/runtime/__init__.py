@@ -1,0 +1,2 @@
+"""Layer 0, the runtime: config and overrides, the command line, files (local or gs://),
+processes and hosts, special token ids, exception types. Imports nothing else of ours."""
