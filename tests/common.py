@@ -1,6 +1,7 @@
 """Shared test settings: where the real data is (the same setting users and CI use), the XLA
 flags the suite compiles with, and a tiny model for CLI runs."""
 
+import importlib.metadata
 import os
 
 import pytest
@@ -27,10 +28,20 @@ requires_data = pytest.mark.skipif(
 # one-device and 2x2x2-mesh train steps of test_sharding: 19.2 -> 16.8 CPU-s, mean of 4 each;
 # the suite's CPU time 1807 -> 1661 s). TRANSFORMER_JAX_TEST_XLA_FLAGS='' runs the suite with
 # XLA's defaults.
+def _jaxlib_before(major: int, minor: int) -> bool:
+  try:
+    version = importlib.metadata.version("jaxlib")
+  except importlib.metadata.PackageNotFoundError:
+    return False
+  return tuple(int(p) for p in version.split(".")[:2] if p.isdigit()) < (major, minor)
+
+
+# jaxlib 0.11's XLA no longer knows the fusion-emitter switch (an unknown XLA flag is fatal).
 SUITE_XLA_FLAGS = os.environ.get(
     "TRANSFORMER_JAX_TEST_XLA_FLAGS",
-    "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
-    " --xla_cpu_parallel_codegen_split_count=1")
+    "--xla_backend_optimization_level=0"
+    + (" --xla_cpu_use_fusion_emitters=false" if _jaxlib_before(0, 11) else "")
+    + " --xla_cpu_parallel_codegen_split_count=1")
 
 
 def xla_flags(*extra: str) -> str:
@@ -63,3 +74,17 @@ def table_row(md: str, first: str) -> list[str]:
     if line.startswith("|") and cells[0] == first:
       return cells
   raise AssertionError(f"no table row {first!r}")
+
+
+def stack_layers(model_cfg, params):
+  """The inverse of model.transformer.unstack_layers: an unrolled model's parameters laid out
+  for `model_cfg` with scan_layers=True, to compare a scanned model with its unrolled twin."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  out = dict(params)
+  for stack, n in (("encoder", model_cfg.num_encoder_layers), ("decoder", model_cfg.num_decoder_layers)):
+    tree = {k: v for k, v in params[stack].items() if not k.startswith("layer_")}
+    tree["layers"] = {"layer": jax.tree.map(lambda *xs: jnp.stack(xs),
+                                            *[params[stack][f"layer_{i}"] for i in range(n)])}
+    out[stack] = tree
+  return out

@@ -10,7 +10,7 @@ import random
 import pytest
 
 from tests.common import DATA_DIR, requires_data
-from transformer_jax.tasks import bleu
+from transformer_jax.tasks.translation import bleu
 
 
 def multi_bleu_perl(hypotheses, references):

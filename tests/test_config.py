@@ -99,7 +99,7 @@ def test_config_file_mistakes_name_the_file_and_the_reason(tmp_path):
 
 def test_multi30k_fast_cpu_variant_changes_only_the_regularisation():
   """`configs/multi30k.py:fast_cpu` is the recipe with dropout 0.3 and weight decay 0.2 (lever 36)."""
-  from experiments.row_runs import flatten  # pylint: disable=g-import-not-at-top
+  from transformer_jax.runtime.dotted import flatten  # pylint: disable=g-import-not-at-top
   fast_config = overrides.load_config_file("configs/multi30k.py:fast_cpu")
   validate(fast_config)
   base, fast = flatten(overrides.load_config_file("configs/multi30k.py")), flatten(fast_config)

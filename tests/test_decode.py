@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 from transformer_jax.decoding import beam_search, decode
-from transformer_jax.runtime.config import ModelConfig
 from transformer_jax.model.transformer import Transformer
+from transformer_jax.runtime.config import ModelConfig
 
 EOS = decode.EOS_ID
 SCORE_TOL = dict(rtol=1e-5, atol=1e-6)
@@ -404,7 +404,7 @@ def test_batch_entries_are_independent():
 def test_a_scan_layers_model_decodes_as_its_unrolled_twin():
   """Decoding a model.scan_layers model unstacks its layers (model.unstack_layers): the same
   beams and scores as the unrolled model with the same weights."""
-  from transformer_jax.model.transformer import stack_layers  # pylint: disable=g-import-not-at-top
+  from tests.common import stack_layers  # pylint: disable=g-import-not-at-top
   cfg = tiny_config(num_encoder_layers=2, num_decoder_layers=3)
   params = init_params(cfg, seed=3, scale=2.0)
   scanned_cfg = cfg.replace(scan_layers=True)

@@ -60,8 +60,11 @@ def _module_flags(modules) -> dict[str, list[str] | str]:
             "spec = importlib.util.find_spec(name)\n"
             "m = importlib.import_module(name + '.__main__' if spec.submodule_search_locations "
             "else name)\n"
-            "getattr(m, 'define_flags', lambda: None)()  # flags defined only when it runs\n"
             "own = getattr(m, 'FLAGS', flags.FLAGS)  # or a flag set of its own\n"
+            "if hasattr(m, 'define_flags'):  # flags defined only when it runs\n"
+            "  own = flags.FlagValues()\n"
+            "  try:\n    m.define_flags(own)\n  except TypeError:\n"
+            "    own = flags.FLAGS\n    m.define_flags()\n"
             "print(json.dumps(sorted(set(flags.FLAGS) | set(own))))\n")
   out = {}
   for module in modules:

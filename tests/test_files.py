@@ -19,11 +19,10 @@ import pytest
 from fsspec.implementations.dirfs import DirFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
-from transformer_jax.runtime import exceptions
-from transformer_jax.runtime import files
-from transformer_jax.training import checkpoint, metrics, workdir as workdir_lib
-from transformer_jax.runtime.config import default_config
 from transformer_jax.data import tokenizer
+from transformer_jax.runtime import exceptions, files
+from transformer_jax.runtime.config import default_config
+from transformer_jax.training import checkpoint, metrics, workdir as workdir_lib
 
 from tests.common import REPO
 
@@ -133,11 +132,11 @@ def test_a_store_without_its_package_is_one_line():
 
 
 def test_threads_writing_one_file_never_share_a_temporary_file(tmp_path):
-  # A --parallel sweep's threads write the shared references.json at once (results_files.
+  # A --parallel sweep's threads write the shared references.json at once (results.
   # write_once); with one temporary name per process, one thread published or deleted the
   # other's half-written file (an intermittent failed run).
   import threading
-  from experiments import results_files
+  from transformer_jax.runtime import results
   path, texts = str(tmp_path / "shared.json"), [{"writer": i, "pad": "x" * 200_000} for i in range(2)]
   errors, start = [], threading.Barrier(2)
 
@@ -146,7 +145,7 @@ def test_threads_writing_one_file_never_share_a_temporary_file(tmp_path):
       start.wait()
       for _ in range(30):
         files.write_text(path, json.dumps(obj))
-        results_files.write_once(path + ".once", obj)
+        results.write_once(path + ".once", obj)
     except Exception as e:  # pylint: disable=broad-except
       errors.append(repr(e))
 
@@ -161,7 +160,7 @@ def test_threads_writing_one_file_never_share_a_temporary_file(tmp_path):
 
 
 def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
-  from experiments import results_files
+  from transformer_jax.runtime import results
   path = str(tmp_path / "config.json")
   files.write_text(path, "old")
   with pytest.raises(TypeError):
@@ -169,7 +168,7 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
   circular = []
   circular.append(circular)
   with pytest.raises(ValueError, match="Circular"):  # an object json cannot write
-    results_files.write_once(str(tmp_path / "result.json"), {"ok": 1, "circular": circular})
+    results.write_once(str(tmp_path / "result.json"), {"ok": 1, "circular": circular})
   assert files.read_text(path) == "old" and os.listdir(tmp_path) == ["config.json"]
 
 

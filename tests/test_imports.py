@@ -17,14 +17,6 @@ PACKAGE = "transformer_jax"
 LAYERS = ("runtime", "data", "model", "decoding", "tasks", "training", "inference", "<entry>",
           "tools")
 
-# Imports that break the layering today, each to be removed: (module, imported module).
-PENDING = {
-    ("transformer_jax.data.sources", "transformer_jax.tasks.parsing.trees"),
-    ("transformer_jax.data.sources", "transformer_jax.tasks.parsing"),
-    ("transformer_jax.decoding.decode", "transformer_jax.tasks.parsing.tree_constraint"),
-    ("transformer_jax.decoding.decode", "transformer_jax.tasks.parsing"),
-}
-
 EXCEPTIONS_MODULE = "transformer_jax.runtime.exceptions"
 
 # (module, imported module): function-level imports of our own modules that stay, and why.
@@ -156,9 +148,8 @@ def test_each_layer_imports_only_the_layers_below_it():
   for module in graph:
     assert layer(module) in LAYERS, f"{module} is in no layer of LAYERS"
   found = layer_violations(graph)
-  assert found <= PENDING, "imports up the layers: " + ", ".join(
-      f"{m} imports {t}" for m, t in sorted(found - PENDING))
-  assert not PENDING - found, f"mended, drop from PENDING: {sorted(PENDING - found)}"
+  assert not found, "imports up the layers: " + ", ".join(
+      f"{m} imports {t}" for m, t in sorted(found))
 
 
 def test_the_layer_check_finds_an_import_up_the_layers():
@@ -170,7 +161,7 @@ def test_the_layer_check_finds_an_import_up_the_layers():
       ("transformer_jax.model.attention", "transformer_jax.training.step"),
       ("transformer_jax.main", "transformer_jax.tools.params")}
   assert layer("transformer_jax.train") == "<entry>"
-  assert layer("transformer_jax.tasks.parsing.trees") == "tasks"
+  assert layer("transformer_jax.tasks.parsing.treebank") == "tasks"
 
 
 def _exception_imports(path):

@@ -1,5 +1,6 @@
-"""Parsing as a task (paper §6.3): trees in and out (data/trees.py), EVALB's F1 (parseval.py),
-bad treebank files, and a tiny parser trained and used through the CLI on trees written here."""
+"""Parsing as a task (paper §6.3): trees in and out (treebank.py, repair.py), EVALB's F1
+(parseval.py), bad treebank files, and a tiny parser trained and used through the CLI on trees
+written here."""
 
 from __future__ import annotations
 
@@ -14,14 +15,12 @@ import pytest
 from tensorboardX.proto import event_pb2
 
 from tests.common import DATA_DIR, REPO, TINY_CLI_FLAGS, xla_flags
-from transformer_jax.tasks.parsing import parseval
-from transformer_jax.runtime.config import validate
-from transformer_jax.runtime.exceptions import ConfigError
 from transformer_jax.data import sources
-from transformer_jax.runtime.exceptions import DataError
-from transformer_jax.tasks.parsing import trees
-from transformer_jax.training.metrics import MetricsWriter
+from transformer_jax.runtime.exceptions import ConfigError, DataError
 from transformer_jax.runtime.overrides import load
+from transformer_jax.tasks import registry
+from transformer_jax.tasks.parsing import parseval, repair, treebank as trees
+from transformer_jax.training.metrics import MetricsWriter
 
 SAMPLE = os.path.join(DATA_DIR, "ptb-sample", "combined") if DATA_DIR else ""
 T = nltk.Tree.fromstring
@@ -52,7 +51,7 @@ def test_linearize_is_vinyals_with_xx_and_delinearize_inverts_it():
   tree = trees.preprocess(T(RAW))
   lin = trees.linearize(tree)
   assert lin == "(S (NP XX )NP (VP XX (PRN XX (NP XX )NP XX )PRN (PRT XX )PRT )VP XX )S"
-  parsed = trees.delinearize(lin, tree.leaves())
+  parsed = repair.delinearize(lin, tree.leaves())
   assert not parsed.repaired
   assert parsed.text == CLEAN.replace("(PRP ", "(XX ").replace("(VBD ", "(XX ").replace(
       "(-LRB- ", "(XX ").replace("(NN ", "(XX ").replace("(-RRB- ", "(XX ").replace(
@@ -79,23 +78,23 @@ def test_linearize_is_vinyals_with_xx_and_delinearize_inverts_it():
     ("(S (NP )NP XX XX XX )S", "(TOP (S (XX a) (XX b) (XX c)))"),
 ])
 def test_repair_makes_every_output_a_tree_with_the_source_words(skeleton, expected):
-  parsed = trees.delinearize(skeleton, "a b c")
+  parsed = repair.delinearize(skeleton, "a b c")
   assert parsed.repaired
   assert parsed.text == expected
-  assert trees.delinearize(skeleton, "a b c").text == expected  # deterministic
+  assert repair.delinearize(skeleton, "a b c").text == expected  # deterministic
 
 
 def test_linearize_with_words_writes_each_word_and_delinearize_inverts_it():
   tree = trees.preprocess(T(RAW))
   lin = trees.linearize(tree, "words")
   assert lin == "(S (NP He )NP (VP said (PRN -LRB- (NP sic )NP -RRB- )PRN (PRT up )PRT )VP . )S"
-  parsed = trees.delinearize(lin, tree.leaves(), "words")
-  assert not parsed.repaired and parsed.text == trees.delinearize(trees.linearize(tree),
+  parsed = repair.delinearize(lin, tree.leaves(), "words")
+  assert not parsed.repaired and parsed.text == repair.delinearize(trees.linearize(tree),
                                                                    tree.leaves()).text
   # any token that is not a bracket is a leaf slot; the source's words fill them, in order
-  assert trees.delinearize("(S (NP x y )NP z )S", "a b c", "words").text == \
+  assert repair.delinearize("(S (NP x y )NP z )S", "a b c", "words").text == \
       "(TOP (S (NP (XX a) (XX b)) (XX c)))"
-  repaired = trees.delinearize("(S (NP a )NP b c d )S", "a b c", "words")
+  repaired = repair.delinearize("(S (NP a )NP b c d )S", "a b c", "words")
   assert repaired.repaired and repaired.text == "(TOP (S (NP (XX a)) (XX b) (XX c)))"
   # a word starting with a bracket is written escaped, never read as one
   odd = nltk.Tree("TOP", [nltk.Tree("S", [nltk.Tree("NN", ["(x)"]), nltk.Tree("NN", ["y"])])])
@@ -103,7 +102,7 @@ def test_linearize_with_words_writes_each_word_and_delinearize_inverts_it():
 
 
 def test_words_with_brackets_are_escaped_in_output_trees():
-  assert trees.delinearize("(NP XX XX )NP", "f(x) )").text == "(TOP (NP (XX f-LRB-x-RRB-) (XX -RRB-)))"
+  assert repair.delinearize("(NP XX XX )NP", "f(x) )").text == "(TOP (NP (XX f-LRB-x-RRB-) (XX -RRB-)))"
 
 
 # ----------------------------------------------------------------------------- F1 worked by hand
@@ -203,10 +202,12 @@ requires_sample = pytest.mark.skipif(not (SAMPLE and os.path.isdir(SAMPLE)),
 
 
 def test_the_cli_starts_without_loading_nltk_until_a_tree_is_read():
-  """NLTK's package __init__ imports scipy.stats (~1.7 s a process): the CLI's and the sweep
+  """NLTK's package __init__ imports scipy.stats (slow at every start): the CLI's and the sweep
   reports' modules load it only when the parsing paths first touch nltk.Tree."""
-  code = ("import sys; import transformer_jax.main, transformer_jax.train, transformer_jax.inference.evaluate, "
-          "transformer_jax.inference.translate, experiments.report; from transformer_jax.tasks.parsing import trees; "
+  code = ("import sys; import transformer_jax.main, transformer_jax.train, "
+          "transformer_jax.inference.evaluate, transformer_jax.inference.translate, "
+          "experiments.harness.report; "
+          "from transformer_jax.tasks.parsing import treebank as trees; "
           "print('scipy.stats' in sys.modules, 'nltk.tree' in sys.modules); "
           "t = trees.nltk.Tree.fromstring('(S (NP the) (VP sat))'); "
           "print('nltk.tree' in sys.modules, isinstance(t, trees.nltk.Tree), t.leaves())")
@@ -225,9 +226,9 @@ def test_every_sample_tree_reads_and_comes_back_from_its_linearization():
     gold = T(ex.tree)
     assert "-NONE-" not in ex.tree and gold.label() == "TOP"
     assert all(trees.strip_label(t.label()) == t.label() for t in gold.subtrees())
-    parsed = trees.delinearize(ex.linearized, ex.words)
+    parsed = repair.delinearize(ex.linearized, ex.words)
     assert not parsed.repaired, (ex.path, ex.line)
-    with_words = trees.delinearize(ex.linearized_words, ex.words, "words")
+    with_words = repair.delinearize(ex.linearized_words, ex.words, "words")
     assert not with_words.repaired and with_words.tree == parsed.tree, (ex.path, ex.line)
     assert len(ex.linearized_words.split()) == len(ex.linearized.split())
     for t in gold.subtrees(trees.is_preterminal):
@@ -284,13 +285,13 @@ def test_parsing_needs_local_files():
   c = load("configs/wsj_parsing.py:sample", [])
   c.data.dataset = "wmt14_translate/de-en"
   with pytest.raises(ConfigError, match="data.task"):
-    validate(c)
+    registry.get(c)
   c.data.dataset, c.data.task = "local", "grammar"
   with pytest.raises(ConfigError, match="data.task"):
-    validate(c)
+    registry.get(c)
   c.data.task, c.data.parse_leaves = "parsing", "pos"
   with pytest.raises(ConfigError, match="data.parse_leaves"):
-    validate(c)
+    registry.get(c)
 
 
 def test_the_leaves_setting_chooses_the_training_targets(tmp_path):
@@ -299,9 +300,10 @@ def test_the_leaves_setting_chooses_the_training_targets(tmp_path):
                                              "--config.data.local_corpus=tb",
                                              "--config.data.train_files=f_01",
                                              "--config.data.parse_leaves=xx"])
-  xx = sources.split_source(c, "train")
+  reader = registry.get(c).read_split
+  xx = sources.split_source(c, "train", reader)
   c.data.parse_leaves = "words"
-  words = sources.split_source(c, "train")
+  words = sources.split_source(c, "train", reader)
   (src,), (target,) = words.texts([0])
   (_,), (target_xx,) = xx.texts([0])
   assert target.split()[1:1 + 2] == ["(NP", src.split()[0]] and "XX" not in target

@@ -7,8 +7,8 @@ import pytest
 
 from configs import tiny
 from transformer_jax.model import sharding
-from transformer_jax.training import step
 from transformer_jax.runtime.config import ModelConfig
+from transformer_jax.training import step
 
 
 def _config(accum=1, dropout=0.0):
@@ -123,9 +123,10 @@ def test_remat_per_layer_gives_the_same_step():
 @pytest.mark.parametrize("remat", ["none", "layer"])
 def test_scan_layers_gives_the_same_steps_as_unrolled_layers(remat):
   """model.scan_layers stacks each stack's layers on a 'layers' axis and scans over them: from
-  the same weights (model.stack_layers), the same loss, gradient norm and parameters after two
+  the same weights (tests.common.stack_layers), the same loss, gradient norm and parameters after two
   Adam steps (with and without remat), and the checkpoint layout is the stacked one."""
-  from transformer_jax.model.transformer import stack_layers, unstack_layers  # pylint: disable=g-import-not-at-top
+  from tests.common import stack_layers  # pylint: disable=g-import-not-at-top
+  from transformer_jax.model.transformer import unstack_layers  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(5)
   batches = [_batch(rng, 4) for _ in range(2)]
   plain, scanned = _config(), _config()

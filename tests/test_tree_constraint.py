@@ -15,12 +15,12 @@ import pytest
 
 from tests.common import DATA_DIR
 from tests.test_decode import init_params
-from transformer_jax.decoding import beam_search, decode
-from transformer_jax.tasks.parsing import tree_constraint as tc
-from transformer_jax.runtime.config import ModelConfig, default_config, validate
-from transformer_jax.runtime.exceptions import ConfigError
 from transformer_jax.data import tokenizer as tok_lib
-from transformer_jax.tasks.parsing import trees
+from transformer_jax.decoding import beam_search, decode
+from transformer_jax.runtime.config import default_config, ModelConfig
+from transformer_jax.runtime.exceptions import ConfigError
+from transformer_jax.tasks import registry
+from transformer_jax.tasks.parsing import repair, tree_constraint as tc, treebank
 
 SAMPLE = os.path.join(DATA_DIR, "ptb-sample", "combined") if DATA_DIR else ""
 needs_sample = pytest.mark.skipif(not SAMPLE or not os.path.isdir(SAMPLE),
@@ -30,11 +30,13 @@ needs_sample = pytest.mark.skipif(not SAMPLE or not os.path.isdir(SAMPLE),
 @functools.lru_cache(maxsize=None)
 def sample():
   """A parser's vocabulary (400 pieces, brackets one piece or several) and 40 dev trees."""
-  train = trees.read_examples(tuple(sorted(glob.glob(os.path.join(SAMPLE, "wsj_00[0-2]*.mrg")))))
+  train = treebank.read_examples(
+      tuple(sorted(glob.glob(os.path.join(SAMPLE, "wsj_00[0-2]*.mrg")))))
   texts = [e.words for e in train] + [e.linearized_words for e in train] + [e.linearized for e in train]
   tok = tok_lib.Tokenizer(tok_lib.train_sentencepiece(texts, vocab_type="bpe", vocab_size=400,
                                                       split_by_script=False))
-  dev = trees.read_examples(tuple(sorted(glob.glob(os.path.join(SAMPLE, "wsj_016*.mrg")))))[:40]
+  dev = treebank.read_examples(
+      tuple(sorted(glob.glob(os.path.join(SAMPLE, "wsj_016*.mrg")))))[:40]
   return tok, dev
 
 
@@ -43,7 +45,7 @@ LIMITS = default_config().decode  # parse_max_opens_in_a_row, parse_max_unary_ch
 
 def _constraint(tok, placeholder: str = "", opens: int = LIMITS.parse_max_opens_in_a_row,
                 unary: int = LIMITS.parse_max_unary_chain):
-  return tc.from_tokenizer(tok, trees.PHRASE_LABELS, placeholder, max_opens_in_a_row=opens,
+  return tc.from_tokenizer(tok, treebank.PHRASE_LABELS, placeholder, max_opens_in_a_row=opens,
                            max_unary_chain=unary)
 
 
@@ -99,7 +101,7 @@ def _walk(c, tok, source: str, target: str, limit_extra: int = 300):
 @pytest.mark.parametrize("leaves", ["words", "xx"])
 def test_every_gold_tree_is_allowed(leaves):
   tok, dev = sample()
-  c = _constraint(tok, trees.POS_PLACEHOLDER if leaves == "xx" else "")
+  c = _constraint(tok, treebank.POS_PLACEHOLDER if leaves == "xx" else "")
   assert len(c.opens) > 1 and len(c.closes) > 1
   several = [t for t in {x for e in dev for x in e.linearized.split() if x[0] in "()"}
              if len(tok.encode(t)) > 1]
@@ -152,14 +154,14 @@ def test_what_the_automaton_forbids():
 
 @needs_sample
 def test_the_limits_a_tree_needs_are_the_ones_the_search_counts():
-  """trees.search_limits (what training checks against the config) agrees with the automaton:
+  """tc.search_limits (what training checks against the config) agrees with the automaton:
   each dev tree walks through with its own limits, and not with one less of either."""
   tok, dev = sample()
-  needed = {trees.search_limits(e.linearized) for e in dev}
+  needed = {tc.search_limits(e.linearized) for e in dev}
   assert {o for o, _ in needed} >= {2, 3, 4} and {u for _, u in needed} >= {1, 2, 3}
   cases = {}  # the automaton's (opens, unary) limits -> [(tree, whether it may pass)]
   for opens, unary in sorted(needed):
-    e = next(e for e in dev if trees.search_limits(e.linearized) == (opens, unary))
+    e = next(e for e in dev if tc.search_limits(e.linearized) == (opens, unary))
     cases.setdefault((opens, unary), []).append((e, True))
     cases.setdefault((opens - 1, unary), []).append((e, False))
     cases.setdefault((opens, unary - 1), []).append((e, False))
@@ -167,8 +169,8 @@ def test_the_limits_a_tree_needs_are_the_ones_the_search_counts():
     firsts = _walks(_constraint(tok, opens=opens, unary=unary), tok,
                     [(e.words, e.linearized_words) for e, _ in trees_])
     assert [f is None for f in firsts] == [ok for _, ok in trees_], ((opens, unary), firsts)
-  assert trees.search_limits("(S (NP (NP the )NP )NP (VP sat )VP )S") == (3, 2)
-  assert trees.search_limits("(S (VP (NP the )NP )VP )S") == (3, 3)  # closes after the last leaf
+  assert tc.search_limits("(S (NP (NP the )NP )NP (VP sat )VP )S") == (3, 2)
+  assert tc.search_limits("(S (VP (NP the )NP )VP )S") == (3, 3)  # closes after the last leaf
 
 
 @needs_sample
@@ -203,9 +205,9 @@ def test_random_walks_through_the_automaton_never_end_in_a_dead_end(unary):
       out.append(piece)
       state = advance(state, jnp.asarray([piece]), leaves, count)
     assert piece == decode.EOS_ID
-    parsed = trees.delinearize(tok.decode(out), e.words, "words")
+    parsed = repair.delinearize(tok.decode(out), e.words, "words")
     assert not parsed.repaired
-    assert max(trees.search_limits(tok.decode(out))[1], 1) <= unary, tok.decode(out)
+    assert max(tc.search_limits(tok.decode(out))[1], 1) <= unary, tok.decode(out)
 
 
 def _decode(tok, c, sources, *, beam_size):
@@ -225,13 +227,13 @@ def _decode(tok, c, sources, *, beam_size):
 @pytest.mark.parametrize("leaves, beam_size", [("words", 4), ("xx", 1)])
 def test_a_random_models_constrained_outputs_are_trees_over_the_words(leaves, beam_size):
   tok, dev = sample()
-  c = _constraint(tok, trees.POS_PLACEHOLDER if leaves == "xx" else "")
+  c = _constraint(tok, treebank.POS_PLACEHOLDER if leaves == "xx" else "")
   sources = [e.words for e in dev[:6]]
-  free = [trees.delinearize(o, s, leaves) for s, o in
+  free = [repair.delinearize(o, s, leaves) for s, o in
           zip(sources, _decode(tok, None, sources, beam_size=beam_size))]
   assert any(p.repaired for p in free)  # unconstrained, random weights write no trees
   for s, o in zip(sources, _decode(tok, c, sources, beam_size=beam_size)):
-    parsed = trees.delinearize(o, s, leaves)
+    parsed = repair.delinearize(o, s, leaves)
     assert not parsed.repaired, o
     if leaves == "words":  # the leaves the search wrote are the sentence
       assert [t for t in o.split() if t[0] not in "()"] == s.split()
@@ -241,7 +243,7 @@ def test_the_constraint_is_for_parsers():
   config = default_config()
   config.decode.parse_constraint = True
   with pytest.raises(ConfigError, match="decode.parse_constraint"):
-    validate(config)
+    registry.get(config)
 
 
 def test_the_automatons_state_follows_its_beam():

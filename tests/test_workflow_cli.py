@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from tests.common import DATA_DIR, requires_data
-from tests.test_train_reliability import FLAGS, REPO, _env
+from tests.test_train_reliability import _env, FLAGS, REPO
 
 # One xdist worker runs the module, so the trained workdir is built once (conftest).
 pytestmark = [requires_data, pytest.mark.slow, pytest.mark.xdist_group(__name__)]
@@ -185,7 +185,7 @@ def test_eval_on_any_parallel_files_with_comparison(workdir, tmp_path):
   assert result.returncode == 2 and "has 1 lines but 3 sentences" in err.strip().splitlines()[-1]
   assert "translate:" not in err, err[-2000:]  # tqdm's bar of the decode: nothing was decoded
   # The paper's BLEU against an already tokenized reference file, as get_ende_bleu.sh.
-  from transformer_jax.tasks import bleu  # pylint: disable=g-import-not-at-top
+  from transformer_jax.tasks.translation import bleu  # pylint: disable=g-import-not-at-top
   tok_ref = tmp_path / "set.tok.de"
   tok_ref.write_text("Ein Mann fährt Fahrrad .\nZwei Hunde spielen im Schnee .\nEine Frau liest .\n",
                      encoding="utf-8")

@@ -1,30 +1,22 @@
-"""Command line: flags only. One entry point for the whole workflow.
+"""The command line: flags only, one entry point for the whole workflow (README, "The workflow").
 
-  python -m transformer_jax.main --config=configs/base.py --workdir=DIR            # train
-  python -m transformer_jax.main --config=configs/base.py --config.model.num_heads=16 ...
-  python -m transformer_jax.main --workdir=DIR2 --branch_from=DIR --step=2700 \
-      --config.train.num_steps=4000                                               # branch a run
-  python -m transformer_jax.main --mode=average --workdir=DIR --average=5          # average
+  python -m transformer_jax.main --config=configs/base.py --workdir=DIR           # train
+  python -m transformer_jax.main --workdir=DIR2 --branch_from=DIR --step=2700     # branch
+  python -m transformer_jax.main --mode=average --workdir=DIR --average=5
   python -m transformer_jax.main --mode=eval --workdir=DIR --split=validation,test --average=5
-  python -m transformer_jax.main --mode=eval --workdir=DIR --source=a.en --reference=a.de \
-      --config.decode.beam_size=1 --compare=OTHER_WORKDIR
-  python -m transformer_jax.main --mode=eval --workdir=DIR --ensemble=DIR2,DIR3 --average=5
-  python -m transformer_jax.main --mode=translate --workdir=DIR [--input=FILE] < text
-  python -m transformer_jax.main --mode=vocab --config=configs/base.py --workdir=DIR  # vocab only
+  python -m transformer_jax.main --mode=translate --workdir=DIR < text
+  python -m transformer_jax.main --mode=vocab --config=configs/base.py --workdir=DIR
 
-`--config.KEY=VALUE` overrides the config file's keys when training; for eval and translate
-they apply to the checkpoint's own config (`decode.*`, `data.*`, `mesh.*` only).
-User mistakes (bad config keys or values, unusable workdirs or checkpoints, bad data) print one
-line starting with 'error:' and exit with status 2, never a traceback.
+`--config.KEY=VALUE` overrides the config file's keys when training; for eval and translate they
+apply to the checkpoint's own config (`decode.*`, `data.*`, `mesh.*` only). User mistakes print
+one line starting with 'error:' and exit with status 2.
 """
 
 from __future__ import annotations
 
 from absl import flags
 
-from transformer_jax.runtime import exceptions
-from transformer_jax.runtime import config as config_lib, cli, files as files_lib, host_memory
-from transformer_jax.runtime import overrides as overrides_lib
+from transformer_jax.runtime import cli, config as config_lib, exceptions, files as files_lib, host_memory, overrides as overrides_lib
 
 _CONFIG = flags.DEFINE_string("config", None, "Run config file for training, e.g. "
                               "configs/multi30k.py, configs/multi30k.py:short or "

@@ -41,29 +41,22 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from transformer_jax.runtime import exceptions
+from transformer_jax.data import pipeline, tokenizer
 from transformer_jax.inference import evaluate as evaluate_lib
-from transformer_jax.model import attention
-from transformer_jax.runtime import distributed
-from transformer_jax.training import branch, checkpoint
-from transformer_jax.model import sharding
-from transformer_jax.runtime import files
-from transformer_jax.model import matmul
-from transformer_jax.training import step as step_lib, workdir as workdir_lib
+from transformer_jax.model import attention, matmul, sharding
+from transformer_jax.runtime import distributed, files
 from transformer_jax.runtime.config import ModelConfig, validate
-from transformer_jax.runtime.exceptions import ConfigError
-from transformer_jax.data import pipeline, sources, tokenizer
-from transformer_jax.tasks.parsing import trees
-from transformer_jax.runtime.exceptions import TrainingError
+from transformer_jax.runtime.exceptions import ConfigError, TrainingError
+from transformer_jax.tasks import registry
+from transformer_jax.training import branch, checkpoint, step as step_lib, workdir as workdir_lib
 from transformer_jax.training.metrics import (MetricsWriter, ProfileWindow, Progress, measure_peak_flops,
                                      mfu, train_flops)
 
 
-# What training logs of the dev evaluation (metrics.jsonl / TensorBoard name, report key).
+# What training logs of the dev evaluation (metrics.jsonl / TensorBoard name, report key),
+# before the task's own scores (Task.dev_metrics).
 DEV_METRICS = (("loss", "loss"), ("nll", "nll"), ("perplexity", "perplexity"),
-               ("tokens", "tokens"), ("bleu", "sacrebleu"), ("chrf", "chrf"),
-               ("bleu_tokenized", "tokenized_bleu"), ("f1", "f1"), ("precision", "precision"),
-               ("recall", "recall"), ("exact_match", "exact_match"), ("repaired", "repaired"))
+               ("tokens", "tokens"))
 
 
 class _Preemption:
@@ -144,6 +137,7 @@ class _Window:
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Trains (or resumes) the run in `workdir`; returns the final dev metrics."""
   validate(config)
+  task = registry.get(config)  # the task's own checks, before anything is written
   attention.check_backend(ModelConfig.from_config(config.model))
   slow = matmul.slow_dtype_warning(config.model.dtype)
   if slow:
@@ -156,7 +150,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                                                      keep_every=config.train.keep_every_steps),
                              config, workdir)
     try:  # closed on every exit: Orbax's background threads must not outlive an error
-      return _train(config, workdir, saver, mesh)
+      return _train(config, workdir, saver, mesh, task)
     except OSError as e:  # a full disk, a lost mount: one line
       raise TrainingError(f"{e.filename or workdir}: {e.strerror or e} ({workdir_lib.free_space(workdir)}); "
                           f"{checkpoint.kept_note(str(saver.manager.directory))}; stopping") from None
@@ -168,15 +162,21 @@ def prepare_vocabulary(config: ml_collections.ConfigDict, workdir: str) -> str:
   """`--mode=vocab`: the run's vocabulary in WORKDIR/vocab, trained from the training split as a
   training run's start would (or the one already there), under the workdir's lock; returns its
   path. A sweep trains the one vocabulary its runs share this way before they start side by
-  side (experiments/run.py)."""
+  side (experiments/harness/runner.py)."""
   validate(config)
+  task = registry.get(config)
   with workdir_lib.claim(workdir, "training the vocabulary") as workdir:
-    distributed.process_zero_first("vocab",
-                                   lambda: tokenizer.load_or_train_tokenizer(config, workdir))
+    distributed.process_zero_first("vocab", lambda: _vocabulary(config, workdir, task))
     return tokenizer.vocab_path(workdir)
 
 
-def _train(config, workdir, saver, mesh) -> dict:
+def _vocabulary(config, workdir: str, task) -> tokenizer.Tokenizer:
+  """The workdir's vocabulary, trained on the task's training split when not there yet."""
+  return tokenizer.load_or_train_tokenizer(config, workdir, reader=task.read_split,
+                                           split_by_script=task.split_by_script)
+
+
+def _train(config, workdir, saver, mesh, task) -> dict:
   """The body of train_and_evaluate, once the workdir is held."""
   t_cfg, manager = config.train, saver.manager
   model_cfg = ModelConfig.from_config(config.model)
@@ -186,20 +186,18 @@ def _train(config, workdir, saver, mesh) -> dict:
     checkpoint.check_compatible(manager, manager.latest_step(), abstract_state)
 
   tok = distributed.process_zero_first(  # trained once into WORKDIR/vocab, then loaded by all
-      "vocab", lambda: tokenizer.load_or_train_tokenizer(config, workdir))
+      "vocab", lambda: _vocabulary(config, workdir, task))
   if tok.vocab_size != model_cfg.vocab_size:
     raise ConfigError(f"config key 'model.vocab_size'={model_cfg.vocab_size} but the vocabulary in "
                       f"{workdir}/vocab has {tok.vocab_size} pieces")
   rows_multiple = max(sharding.batch_parallelism(mesh), jax.process_count())
   train_iter = saver.data_iterator = pipeline.make_train_iterator(
       config, tok, batch_multiple=rows_multiple, process_index=jax.process_index(),
-      process_count=jax.process_count())
+      process_count=jax.process_count(), reader=task.read_split)
   dev_set = evaluate_lib.load_eval_set(config, tok, split="validation", batch_multiple=rows_multiple)
-  if config.data.task == "parsing":
-    for line in trees.search_limit_warnings(sources.split_source(config, "train").records.examples,
-                                            config.decode):
-      logging.warning("%s", line)
-      print(f"warning: {line}", file=sys.stderr, flush=True)
+  for line in task.training_warnings(config):
+    logging.warning("%s", line)
+    print(f"warning: {line}", file=sys.stderr, flush=True)
 
   saver.progress = {"vocab_sha256": tok.sha256,  # the bytes written to WORKDIR/vocab
                     "vocab_fingerprint": tok.fingerprint}
@@ -274,7 +272,8 @@ def _train(config, workdir, saver, mesh) -> dict:
         check_pending()
         report, hypotheses = evaluator(state.params, bleu_sentences=t_cfg.eval_bleu_sentences or None,
                                        max_batches=t_cfg.max_eval_batches)
-        dev_metrics = {name: report[key] for name, key in DEV_METRICS if key in report}
+        dev_metrics = {name: report[key] for name, key in DEV_METRICS + task.dev_metrics
+                       if key in report}
         writer.write(step_num, dev_metrics, "dev")
         writer.write_samples(step_num, dev_set.sources, dev_set.references, hypotheses)
         bar.write(f"step {step_num}: dev " + ", ".join(f"{k} {v:.3f}" for k, v in dev_metrics.items()

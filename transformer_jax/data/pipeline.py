@@ -123,20 +123,22 @@ def _mix(config, tokenized, part_sizes, keep_N: np.ndarray, verbose: bool) -> np
 
 
 def make_train_iterator(config, tokenizer, *, batch_multiple: int = 1, process_index: int = 0,
-                        process_count: int = 1) -> TrainBatchIterator:
+                        process_count: int = 1,
+                        reader: sources.SplitReader | None = None) -> TrainBatchIterator:
   """Endless token-budget training batches (data.batch_mode 'bucket' or 'pack') of this process.
 
   Every process plans the same global batches of about data.tokens_per_batch source and target
   tokens, with a row count that is a multiple of lcm(batch_multiple, process_count), and
-  assembles its own rows [p*n/P, (p+1)*n/P).
+  assembles its own rows [p*n/P, (p+1)*n/P). `reader`: the task's (sources.split_source).
   """
   d = config.data
-  src = sources.split_source(config, "train")
+  src = sources.split_source(config, "train", reader)
   tokenized = token_cache.tokenized_split(config, tokenizer, "train", src)
   keep_N = batching.select_for_training(tokenized, d.max_source_len, d.max_target_len)
   if d.extra_train_files:
     keep_N = _mix(config, tokenized, src.part_sizes, keep_N, verbose=process_index == 0)
-  segmentation = token_cache.SampledSegmentation(config, tokenizer) if d.bpe_dropout else None
+  segmentation = (token_cache.SampledSegmentation(config, tokenizer, reader) if d.bpe_dropout
+                  else None)
   planner = TrainPlanner(
       tokenized.source_lengths, tokenized.target_lengths, keep_N, mode=d.batch_mode,
       seed=config.seed, tokens_per_batch=d.tokens_per_batch, max_source_len=d.max_source_len,
@@ -154,19 +156,20 @@ def make_train_iterator(config, tokenizer, *, batch_multiple: int = 1, process_i
 
 def make_eval_batches(config, tokenizer, split: str | None = "validation", *,
                       texts: tuple[list[str], list[str]] | None = None, batch_multiple: int = 1,
-                      process_index: int = 0, process_count: int = 1) -> list[dict[str, np.ndarray]]:
+                      process_index: int = 0, process_count: int = 1,
+                      reader: sources.SplitReader | None = None) -> list[dict[str, np.ndarray]]:
   """Every example of a split, or of `texts=(sources, references)` when given (cleaned aligned
   texts, e.g. from sources.read_parallel_files; then split=None), in
   batches of data.eval_batch_size global rows (rounded up to a multiple of
   lcm(batch_multiple, process_count)), sorted by length; the last batch is padded with empty rows
   ('example_index' -1, otherwise the example's index). Examples longer than data.max_*_len are
-  cut (EOS kept)."""
+  cut (EOS kept). `reader`: the task's (sources.split_source)."""
   if (split is None) == (texts is None):
     raise ValueError(f"make_eval_batches takes a split or texts, not both or neither "
                      f"(split={split!r})")
   d = config.data
   if texts is None:
-    tok = token_cache.tokenized_split(config, tokenizer, split)
+    tok = token_cache.tokenized_split(config, tokenizer, split, reader=reader)
   else:
     tok = token_cache.tokenized_texts(tokenizer, *texts)
   rows = batching.round_up(d.eval_batch_size, _row_multiple(batch_multiple, process_count))

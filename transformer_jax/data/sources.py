@@ -16,13 +16,11 @@ Where a split's pairs come from (``config.data.dataset``):
   ``data.tfds_data_dir`` (default ``$TRANSFORMER_JAX_CACHE_DIR/tfds`` or
   ``~/.cache/transformer_jax/tfds``).
 
-With ``data.task='parsing'``, a split is the ``.mrg`` treebank files under
-``data_dir/local_corpus`` whose names match the split's file range (``data.train_files`` ...,
-e.g. ``'wsj_0200-wsj_2199'``), read and linearized in memory by ``trees`` (source: the words,
-target: the linearized tree, reference: the gold tree).
-
-Both are read with ``tfds`` data sources. Any other two files (a test set to score) are read by
-:func:`read_parallel_files`. Lines are checked before anything is built from them
+Both are read with ``tfds`` data sources (:func:`parallel_text_split`: how translation reads a
+split). A task that reads its splits another way hands its own ``reader`` (a
+:data:`SplitReader`, returning a :class:`SplitSource`) to every function here that reads a
+split; without one, a split is parallel text. Any other two files (a test set to score) are
+read by :func:`read_parallel_files`. Lines are checked before anything is built from them
 (:func:`aligned_lines`): equal line counts, valid UTF-8 (with ``data.skip_bad_utf8``, bad pairs
 are skipped and counted); a problem is a one-line :class:`DataError` naming the file and line.
 Cleaning (:func:`clean_text`: whitespace, optionally HTML entities) happens when reading, so it
@@ -39,16 +37,15 @@ import importlib
 import os
 import socket
 import urllib.parse
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import tensorflow_datasets as tfds
 from absl import logging
 
-from transformer_jax.runtime.config import DATA_DIR_ENV
 from transformer_jax.data import downloads
+from transformer_jax.runtime.config import DATA_DIR_ENV
 from transformer_jax.runtime.exceptions import DataError
-from transformer_jax.tasks.parsing import trees
 
 SPLITS = ("train", "validation", "test")
 EXTRA = "train_extra"  # prepared split k of data.extra_train_files: f"{EXTRA}{k}", k = 1, 2, ...
@@ -313,7 +310,7 @@ class SplitSource:
   dataset_id: str          # unique name of the prepared data (keys token caches)
   html_unescape: bool
   part_sizes: tuple[int, ...] = ()  # training split: examples of each of train_parts, in order
-  reference_key: str = ""  # what evaluation scores against, when not the target (parsing)
+  reference_key: str = ""  # what evaluation scores against, when not the target
 
   def __len__(self) -> int:
     return len(self.records)
@@ -337,30 +334,27 @@ class SplitSource:
       yield self.texts(list(range(start, min(len(self), start + chunk))), reference)
 
 
-def _tree_split(config, split: str) -> SplitSource:
-  """A parsing split: the .mrg files of its file range, preprocessed and linearized."""
-  d = config.data
-  stem = {"train": d.train_files, "validation": d.eval_files, "test": d.test_files}[split]
-  folder = os.path.join(os.path.abspath(os.path.expanduser(d.data_dir)), d.local_corpus)
-  records = trees.split_records(folder, stem, f"{split} split")
-  words = d.parse_leaves == "words"
-  return SplitSource(records, "words", "linearized_words" if words else "linearized",
-                     f"trees_{split}{'_words' if words else ''}_{records.key}", False,
-                     (len(records),), reference_key="tree")
-
-
 def _text(value) -> str:
   return value.decode("utf-8") if isinstance(value, (bytes, np.bytes_)) else str(value)
 
 
-def split_source(config, split: str) -> SplitSource:
-  """The split as a TFDS ArrayRecord data source (files checked and prepared first if needed)."""
+# How a task reads one split: (config, split) -> its records (a task's `read_split`).
+SplitReader = Callable[[Any, str], SplitSource]
+
+
+def split_source(config, split: str, reader: SplitReader | None = None) -> SplitSource:
+  """The split as `reader` reads it (default: parallel_text_split); DataError for a split that
+  is not one of SPLITS."""
   if split not in SPLITS:
     raise DataError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
+  return (reader or parallel_text_split)(config, split)
+
+
+def parallel_text_split(config, split: str) -> SplitSource:
+  """A split of aligned parallel text as a TFDS ArrayRecord data source (files checked and
+  prepared first if needed)."""
   d = config.data
   part_sizes = ()
-  if d.task == "parsing":
-    return _tree_split(config, split)
   if d.dataset == "local":
     prepared = _prepare_local(config)
     builder = tfds.builder_from_directory(prepared)
@@ -381,18 +375,20 @@ def split_source(config, split: str) -> SplitSource:
                      part_sizes or (len(records),))
 
 
-def load_split_texts(config, split: str) -> tuple[list[str], list[str]]:
+def load_split_texts(config, split: str,
+                     reader: SplitReader | None = None) -> tuple[list[str], list[str]]:
   """Cleaned (source texts, reference texts) of a split, in corpus order, nothing filtered."""
   sources, references = [], []
-  for s_chunk, t_chunk in split_source(config, split).chunks(reference=True):
+  for s_chunk, t_chunk in split_source(config, split, reader).chunks(reference=True):
     sources.extend(s_chunk)
     references.extend(t_chunk)
   return sources, references
 
 
-def sample_train_texts(config, max_sentences: int) -> Iterator[str]:
+def sample_train_texts(config, max_sentences: int,
+                       reader: SplitReader | None = None) -> Iterator[str]:
   """Up to max_sentences non-empty cleaned sentences (both sides of random training pairs)."""
-  src = split_source(config, "train")
+  src = split_source(config, "train", reader)
   pairs = min(len(src), max(1, max_sentences // 2))
   rng = np.random.default_rng(config.seed)
   picked = (np.sort(rng.choice(len(src), size=pairs, replace=False)) if pairs < len(src)

@@ -25,8 +25,8 @@ import numpy as np
 from absl import logging
 
 from transformer_jax.data import sources
-from transformer_jax.runtime.exceptions import DataError
 from transformer_jax.data.tokenizer import Tokenizer
+from transformer_jax.runtime.exceptions import DataError
 from transformer_jax.runtime.special_ids import EOS_ID
 
 _FILES = ("source_ids", "source_offsets", "target_ids", "target_offsets")
@@ -142,8 +142,8 @@ class SampledSegmentation:
 
   KEEP = 3  # the epoch being read, the next one a packed batch reaches into, one spare
 
-  def __init__(self, config, tokenizer):
-    self.config, self.tokenizer = config, tokenizer
+  def __init__(self, config, tokenizer, reader: sources.SplitReader | None = None):
+    self.config, self.tokenizer, self.reader = config, tokenizer, reader
     p = float(config.data.bpe_dropout)
     self.bpe_dropout = (p, p if config.data.bpe_dropout_target else 0.0)  # (source, target)
     self.seed = int(config.seed)
@@ -158,7 +158,7 @@ class SampledSegmentation:
         logging.info("BPE-dropout %s: sampling the training split's segmentation for epoch %d",
                      self.bpe_dropout, epoch)
         if self._source is None:
-          self._source = sources.split_source(self.config, "train")
+          self._source = sources.split_source(self.config, "train", self.reader)
         self._epochs[epoch] = tokenize_pairs(
             self.tokenizer, cached_text_chunks(self.config, self._source, "train"),
             bpe_dropout=self.bpe_dropout, seed=(self.seed, epoch))
@@ -167,10 +167,11 @@ class SampledSegmentation:
       return self._epochs[epoch]
 
   def __getstate__(self):
-    return {"config": self.config, "model_proto": self.tokenizer.model_proto}
+    return {"config": self.config, "model_proto": self.tokenizer.model_proto,
+            "reader": self.reader}
 
   def __setstate__(self, state):
-    self.__init__(state["config"], Tokenizer(state["model_proto"]))
+    self.__init__(state["config"], Tokenizer(state["model_proto"]), state["reader"])
 
 
 def tokenized_texts(tokenizer, source_texts: list[str], target_texts: list[str]) -> TokenizedSplit:
@@ -182,12 +183,12 @@ def tokenized_texts(tokenizer, source_texts: list[str], target_texts: list[str])
                                     for i in range(0, len(source_texts), step)))
 
 
-def tokenized_split(config, tokenizer, split: str,
-                    src: sources.SplitSource | None = None) -> TokenizedSplit:
+def tokenized_split(config, tokenizer, split: str, src: sources.SplitSource | None = None,
+                    reader: sources.SplitReader | None = None) -> TokenizedSplit:
   """The whole split tokenized (nothing filtered), from the cache when there; `src`: the split's
-  source when the caller has opened it already."""
+  source when the caller has opened it already, else read by `reader` (sources.split_source)."""
   if src is None:  # not `src or ...`: a SplitSource has a length, and an empty one is falsy
-    src = sources.split_source(config, split)
+    src = sources.split_source(config, split, reader)
   cache_dir = os.path.join(sources.cache_root(config), "token_cache", src.dataset_id,
                            f"{split}-{tokenizer.sha}-{src.cleaning}")
   def build():

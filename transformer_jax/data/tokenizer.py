@@ -22,18 +22,16 @@ import sentencepiece as spm
 from absl import logging
 from sentencepiece import sentencepiece_model_pb2
 
-from transformer_jax.runtime import files
-from transformer_jax.runtime.exceptions import ConfigError
 from transformer_jax.data import sources
-from transformer_jax.runtime.exceptions import DataError
+from transformer_jax.runtime import files
+from transformer_jax.runtime.exceptions import ConfigError, DataError
 from transformer_jax.runtime.special_ids import EOS_ID, PAD_ID, UNK_ID
 
 VOCAB_SUBDIR, MODEL_NAME = "vocab", "spm.model"
 _SAMPLING = threading.Lock()  # SentencePiece's sampling seed is one process-wide setting
 # SentencePiece trainer threads. A unigram vocabulary depends on their number (its EM sums
-# expected counts per thread: on Multi30k, 1, 2, 4 and 16 threads train four different piece sets;
-# the same number on 1 or 2 cores trains the same one); a BPE vocabulary does not. Pinned, not the
-# machine's core count, so that every machine trains the same vocabulary from the same settings.
+# expected counts per thread); a BPE vocabulary does not. Pinned, not the machine's core count,
+# so that every machine trains the same vocabulary from the same settings.
 TRAINER_THREADS = 16
 _TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)")
 
@@ -128,9 +126,12 @@ def load_tokenizer(workdir: str) -> Tokenizer:
   return tok
 
 
-def load_or_train_tokenizer(config, workdir: str) -> Tokenizer:
-  """For training: the workdir's vocabulary, trained from the training split when not there yet
-  (model.vocab_size pieces; a stored vocabulary of another size is a ConfigError)."""
+def load_or_train_tokenizer(config, workdir: str, *, reader: sources.SplitReader | None = None,
+                            split_by_script: bool = True) -> Tokenizer:
+  """For training: the workdir's vocabulary, trained from the training split (read by the task's
+  `reader`, sources.split_source) when not there yet, with the task's `split_by_script`
+  (train_sentencepiece); model.vocab_size pieces, and a stored vocabulary of another size is a
+  ConfigError."""
   path, size = vocab_path(workdir), config.model.vocab_size
   if files.exists(path):
     tok = load_tokenizer(workdir)
@@ -138,13 +139,12 @@ def load_or_train_tokenizer(config, workdir: str) -> Tokenizer:
       raise ConfigError(f"config key 'model.vocab_size'={size} but {path} holds a vocabulary of "
                         f"{tok.vocab_size}; use that size, a new workdir, or delete the file")
     return tok
-  # Imported here: loading a vocabulary (translation) does not need TFDS.
   d = config.data
-  sentences = list(sources.sample_train_texts(config, d.vocab_train_sentences))
+  sentences = list(sources.sample_train_texts(config, d.vocab_train_sentences, reader))
   if not sentences:
     raise DataError("the training split has no non-empty sentence to train the vocabulary on")
   proto = train_sentencepiece(sentences, vocab_type=d.vocab_type, vocab_size=size,
-                              split_by_script=d.task != "parsing")
+                              split_by_script=split_by_script)
   files.makedirs(os.path.dirname(path))
   files.write_bytes(path, proto)  # whole: never a half-written model in the workdir
   logging.info("trained %s vocabulary of %d pieces -> %s", d.vocab_type, size, path)
@@ -155,7 +155,7 @@ def train_sentencepiece(sentences: Iterable[str], *, vocab_type: str, vocab_size
                         split_by_script: bool = True) -> bytes:
   """A serialized SentencePiece model of vocab_size pieces trained on `sentences`.
   `split_by_script=False` lets a piece mix scripts: a parser's `(NP` and `)NP` become one piece
-  each (with the default they are two, `(` and `NP`, and targets 1.6x as long)."""
+  each (with the default they are two, `(` and `NP`, and every target longer)."""
   sentences = list(sentences)
   logging.info("training a %s vocabulary of %d on %d sentences", vocab_type, vocab_size,
                len(sentences))

@@ -1,26 +1,21 @@
 """Beam search over a KV-cached decoder (paper §6.1), one `lax.while_loop`.
 
-Search semantics (tensor2tensor's beam search, as the paper used, after the flax WMT example):
-- a hypothesis Y is a token sequence ending in EOS; its score is log P(Y) / lp(|Y|) with the
-  length penalty lp(n) = ((5 + n) / 6)^alpha (Wu et al. 2016), |Y| counting the EOS;
-- each step expands the k live hypotheses of a sentence by every token, keeps the best 2k
-  candidates (so that k of them are not EOS), sends those ending in EOS to the sentence's
-  finished set (the best k kept) and the best k others on as the new live hypotheses;
-- output length limit per sentence: `limit_B` tokens including EOS (callers pass source length
-  + max_extra_len). At a sentence's last allowed position only EOS may follow, so every live
-  hypothesis is forced to finish there (its score uses the model's own log P(EOS));
-- early termination: a sentence is done when its k finished slots are full and the worst of
-  them beats the best score any live hypothesis could still reach, best_live_logprob /
-  lp(limit) (log-probabilities only fall and lp only grows); the loop stops when every
-  sentence is done, or at the buffer length;
-- the padding id 0 is never emitted (a deviation from t2t; a trained model gives it ~0 mass,
-  and teacher-forced scoring could not represent it).
+The search is tensor2tensor's, as the paper used, after the flax WMT example:
+- a hypothesis Y ends in EOS; its score is log P(Y) / lp(|Y|), lp(n) = ((5 + n) / 6)^alpha
+  (Wu et al. 2016), |Y| counting the EOS;
+- each step expands the k live hypotheses of a sentence by every token and keeps the best 2k
+  candidates (so that k of them are not EOS): those ending in EOS go to the sentence's finished
+  set (best k kept), the best k others live on;
+- a sentence's output holds at most `limit_B` tokens including EOS (callers pass source length +
+  max_extra_len); at the last position only EOS may follow;
+- a sentence is done when its k finished slots are full and the worst of them beats the best
+  score a live hypothesis could still reach (log-probabilities only fall, lp only grows);
+- the padding id 0 is never emitted (a deviation from t2t: teacher-forced scoring could not
+  represent it).
 
-With k = 1 this is greedy search, except that (as in t2t) an EOS ranked second at some step is
-still kept as a finished hypothesis, and it is returned if it scores better than the greedy path.
-
-Batch rows are sentences; beams live in a second axis (`_BxK`) and are flattened to B*K rows for
-the model (`_N`, N = B*K, row b*K + j is beam j of sentence b).
+With k = 1 this is greedy search, except that an EOS ranked second at some step is kept as a
+finished hypothesis (as in t2t). Rows are sentences, beams a second axis (`_BxK`), flattened to
+N = B*K model rows (row b*K + j is beam j of sentence b).
 """
 
 from __future__ import annotations

@@ -15,13 +15,14 @@ Ensembles (not in the paper; fairseq's and tensor2tensor's decoders have them): 
 with one vocabulary decode together, each over its own cache, and the search extends hypotheses
 by the mean of the members' next-token probabilities (`ensemble_step_fn`).
 
-A parser may decode under a constraint that makes every output a tree over its source's words
-(`decode.parse_constraint`, tree_constraint.py).
+A task may restrict what the search writes (a parser: trees over its source's words) with a
+`Constraint` object, which wraps the search's step; the search itself stays task-agnostic.
 """
 
 from __future__ import annotations
 
 import functools
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -29,13 +30,26 @@ import numpy as np
 
 from transformer_jax.decoding import beam_search
 from transformer_jax.model import sharding
-from transformer_jax.tasks.parsing import tree_constraint
-from transformer_jax.runtime.config import ModelConfig
 from transformer_jax.model.transformer import Transformer, unstack_layers
+from transformer_jax.runtime.config import ModelConfig
 from transformer_jax.runtime.special_ids import EOS_ID, PAD_ID
 
 Models = ModelConfig | tuple[ModelConfig, ...]  # one model, or an ensemble's members
-Constraint = tree_constraint.TreeConstraint | None  # a parser's search: trees only, or free
+
+
+class SearchConstraint(Protocol):
+  """What beam_decode asks of a constraint on its outputs (e.g. tasks/parsing/tree_constraint.py).
+  Hashable: it is a static argument of the jitted search."""
+
+  def constrain(self, step_fn: beam_search.StepFn, inputs_NxS, limit_N) -> beam_search.StepFn:
+    """`step_fn` whose logits allow only what the constraint permits; its cache is the one
+    `initial_cache` makes. `inputs_NxS`, `limit_N`: each row's source and output limit."""
+
+  def initial_cache(self, model_cache, rows: int) -> Any:
+    """The search's first cache for `rows` rows: the model's, and the constraint's state."""
+
+
+Constraint = SearchConstraint | None  # None: the search is free
 
 
 def buffer_length(model_cfg: ModelConfig, source_width: int, max_extra_len: int) -> int:
@@ -112,7 +126,7 @@ def beam_decode(model_cfg: Models, params, inputs_BxS, *, beam_size: int = 4, al
   A scan_layers model decodes as its unrolled equivalent (one cache layout for beam search).
   `model_cfg` and `params` may be equally long tuples: an ensemble (ensemble_step_fn) whose
   members share the vocabulary; its output buffer is the shortest any member allows.
-  `constraint`: a parser's outputs are trees over the source's words (tree_constraint.py)."""
+  `constraint`: what the outputs must obey (a SearchConstraint), None for a free search."""
   ensemble = isinstance(model_cfg, tuple)
   members = [unstack_layers(c, p) for c, p in (zip(model_cfg, params) if ensemble
                                                 else [(model_cfg, params)])]
@@ -132,8 +146,8 @@ def beam_decode(model_cfg: Models, params, inputs_BxS, *, beam_size: int = 4, al
   limit_B = output_limits(inputs_BxS, max_extra_len, max_len)
   if constraint is not None:
     inputs_NxS, limit_N = beam_search.expand_to_beams((inputs_BxS, limit_B), beam_size)
-    step_fn = tree_constraint.constrained_step_fn(constraint, step_fn, inputs_NxS, limit_N)
-    cache = tree_constraint.initial_cache(cache, inputs_NxS.shape[0])
+    step_fn = constraint.constrain(step_fn, inputs_NxS, limit_N)
+    cache = constraint.initial_cache(cache, inputs_NxS.shape[0])
   return beam_search.beam_search(step_fn, cache, limit_B, beam_size=beam_size, alpha=alpha,
                                  max_len=max_len, stop_early=stop_early)
 

@@ -4,13 +4,11 @@
 'test', or any parallel files):
 - teacher-forced over the whole set: `loss` (label-smoothed, the training objective), `nll` and
   `perplexity` = exp(nll) per target token;
-- beam search (the config's `decode.*` settings) on the first `bleu_sentences` sentences (0: all):
-  sacreBLEU BLEU, chrF and TER with their signatures, and the paper's tokenized BLEU (bleu.py);
-  for a parser (data.task='parsing'), bracket F1, precision, recall, exact match (also over the
-  sentences of <= 40 words, `le40`) and the count of repaired outputs instead (parseval.py),
-  the hypotheses being trees.
+- beam search (the config's `decode.*` settings) on the first `bleu_sentences` sentences (0: all),
+  scored as the config's task scores its outputs (Task.score: for translation sacreBLEU BLEU,
+  chrF and TER and the paper's tokenized BLEU; for a parser bracket F1 over repaired trees).
 Training (dev metrics every `train.eval_every_steps`), `--mode=eval` (`evaluate_workdir`), the
-sweep runner (through `--mode=eval`) and experiments/report_run.py all go through it.
+sweep runner (through `--mode=eval`) and experiments/harness/run_report.py all go through it.
 
 `evaluate_workdir` loads a checkpoint (or the average of the last k), applies the user's
 `decode.*` / `data.*` overrides on top of the checkpoint's config (a `model.*` or `train.*`
@@ -21,8 +19,8 @@ per set, in `WORKDIR/eval/`:
 - `... .jsonl`: per sentence: index, source, reference, hypothesis;
 - `... .json`: the report: metrics, signatures, decode settings, timing (`decode_seconds`,
   compiling included, and `decoder_steps`, the steps the searches ran: time per step apart from
-  the number of steps), and with `compare`, the paired bootstrap against the other system (BLEU
-  and chrF; bracket F1 for parsers);
+  the number of steps), and with `compare`, the task's paired bootstrap against the other system
+  (Task.compare);
 and, for several sets, `summary_step<N>[...].md`, one row per set.
 
 With `ensemble` (`--ensemble=OTHER,...`), the other workdirs' models are scored together with
@@ -44,19 +42,17 @@ from typing import Sequence
 import jax
 import ml_collections
 
-from transformer_jax.model import sharding
-from transformer_jax.runtime import files as files_lib, markdown
-from transformer_jax.tasks import bleu
-from transformer_jax.training import step as step_lib
-from transformer_jax.tasks.parsing import parseval
-from transformer_jax.training import workdir as workdir_lib
-from transformer_jax.runtime.config import ModelConfig
-from transformer_jax.runtime.exceptions import ConfigError
 from transformer_jax.data import pipeline, sources as sources_lib, tokenizer as tok_lib
-from transformer_jax.tasks.parsing.trees import nltk  # loaded at its first use
-from transformer_jax.runtime.files import read_lines
 from transformer_jax.inference.trained import checkpoint_config, ensemble_members
 from transformer_jax.inference.translate import Translator
+from transformer_jax.model import sharding
+from transformer_jax.runtime import files as files_lib
+from transformer_jax.runtime.config import ModelConfig
+from transformer_jax.runtime.exceptions import ConfigError
+from transformer_jax.runtime.files import read_lines
+from transformer_jax.tasks import registry
+from transformer_jax.tasks.base import Task
+from transformer_jax.training import step as step_lib, workdir as workdir_lib
 
 
 @dataclasses.dataclass
@@ -86,8 +82,9 @@ def load_eval_set(config, tok, *, split: str | None = None, files: tuple[str, ..
     batches = pipeline.make_eval_batches(config, tok, None, texts=texts, **common)
     name = os.path.basename(src_path).split(".")[0]
     return EvalSet(name, f"files {src_path} / {ref_path}", *texts, batches, tokenized_refs)
-  texts = sources_lib.load_split_texts(config, split)
-  batches = pipeline.make_eval_batches(config, tok, split, **common)
+  reader = registry.get(config).read_split
+  texts = sources_lib.load_split_texts(config, split, reader)
+  batches = pipeline.make_eval_batches(config, tok, split, reader=reader, **common)
   return EvalSet(split, f"split {split} of {config.data.dataset} {config.data.local_corpus}".strip(),
                  *texts, batches)
 
@@ -105,6 +102,7 @@ class Evaluator:
     """`ensemble`: (model config, parameters) of models scored together with the given one
     (the mean of their next-token probabilities, in perplexity as in translation)."""
     self.config, self.tok, self.mesh, self.eval_set = config, tok, mesh, eval_set
+    self.task = registry.get(config)
     self.ensemble = tuple(ensemble)
     if self.ensemble:
       cfgs = (ModelConfig.from_config(config.model), *(c for c, _ in self.ensemble))
@@ -125,20 +123,15 @@ class Evaluator:
       n = translated_count(self.eval_set, bleu_sentences)
       sources, references = self.eval_set.sources[:n], self.eval_set.references[:n]
       decode_start = time.time()
-      parsing = self.config.data.task == "parsing"
       translator = Translator(params, self.config, self.tok, self.mesh, ensemble=self.ensemble)
-      hypotheses = translator.translate(sources, progress=progress, raw=parsing)
+      outputs = translator.translate(sources, progress=progress, raw=True)
       report["decode_seconds"] = time.time() - decode_start  # compiling included
       report["sentences_per_second"] = len(sources) / max(report["decode_seconds"], 1e-9)
       report["decoder_steps"] = translator.decoder_steps
       tokenized = self.eval_set.tokenized_references
-      if parsing:  # skeletons -> trees (repaired where needed), scored as EVALB does
-        scores, hypotheses = parseval.evaluate_parses(sources, hypotheses, references,
-                                                      self.config.data.parse_leaves)
-        report.update(scores)
-      else:
-        report.update(bleu.bleu_report(hypotheses, references, self.config.data.target_lang,
-                                       tokenized_references=tokenized[:n] if tokenized else None))
+      scores, hypotheses = self.task.score(self.config, sources, outputs, references,
+                                           tokenized[:n] if tokenized else None)
+      report.update(scores)
       report["sentences"] = len(sources)
     report["eval_seconds"] = time.time() - start
     return report, hypotheses
@@ -198,10 +191,10 @@ def evaluate_workdir(workdir: str, *, splits: Sequence[str] = ("test",),
   tag = _settings_tag(overrides) + ensemble_tag([m["workdir"] for m in members])
   # The other system's outputs, read (and, for parsers, checked as trees) before anything is
   # decoded: a wrong --compare is one line at once, not after a whole decode.
-  baselines = [_comparison_hypotheses(compare, s.name, translated_count(s, bleu_sentences))
+  task = registry.get(config)
+  baselines = [task.read_baseline(_comparison_hypotheses(
+      compare, s.name, translated_count(s, bleu_sentences)), f"--compare={compare}")
                if compare else None for s in sets]
-  if compare and config.data.task == "parsing":  # another parser's trees
-    baselines = [_trees(b, f"--compare={compare}") for b in baselines]
   reports = []
   for eval_set, baseline in zip(sets, baselines):
     report, hypotheses = Evaluator(config, tok, mesh, eval_set,
@@ -214,23 +207,17 @@ def evaluate_workdir(workdir: str, *, splits: Sequence[str] = ("test",),
       report["ensemble"] = [{k: m[k] for k in ("workdir", "step", "averaged_checkpoints")}
                             for m in members]
     if compare:
-      references = eval_set.references[:len(hypotheses)]
-      if config.data.task == "parsing":  # two parsers' trees: bracket F1
-        test = parseval.paired_bootstrap(_trees(references, "reference"),
-                                         baseline,
-                                         _trees(hypotheses, "output"))
-      else:
-        test = bleu.paired_bootstrap(baseline, hypotheses, references)
+      test = task.compare(baseline, hypotheses, eval_set.references[:len(hypotheses)])
       report["compare"] = {"baseline": compare, **test}
     if jax.process_index() == 0:
       _write_set(workdir_lib.eval_stem(workdir, eval_set.name, step, average, tag, bleu_sentences),
-                 report, eval_set, hypotheses)
+                 report, eval_set, hypotheses, task)
     reports.append(report)
   if len(reports) > 1 and jax.process_index() == 0:
     files_lib.write_text(
         workdir_lib.eval_stem(workdir, "summary", step, average, tag, bleu_sentences) + ".md",
-        summary_table(reports))
-    print(summary_table(reports), end="", flush=True)
+        task.summary_table(reports))
+    print(task.summary_table(reports), end="", flush=True)
   return reports
 
 
@@ -246,7 +233,8 @@ def _settings_tag(overrides: dict) -> str:
                  if k.startswith("decode.") and k.split(".")[1] in short)
 
 
-def _write_set(stem: str, report: dict, eval_set: EvalSet, hypotheses: list[str]) -> None:
+def _write_set(stem: str, report: dict, eval_set: EvalSet, hypotheses: list[str],
+               task: Task) -> None:
   files_lib.makedirs(os.path.dirname(stem))
   files_lib.write_text(stem + ".txt", "".join(h + "\n" for h in hypotheses))
   files_lib.write_text(stem + ".jsonl", "".join(
@@ -256,50 +244,13 @@ def _write_set(stem: str, report: dict, eval_set: EvalSet, hypotheses: list[str]
   line = f"{eval_set.name} step {report['step']}"
   if "ensemble" in report:
     line += " with " + ", ".join(f"{m['workdir']} step {m['step']}" for m in report["ensemble"])
-  line += f": perplexity {report['perplexity']:.2f}"
-  if "f1" in report:
-    line += (f", F1 {report['f1']:.2f} (P {report['precision']:.2f}, R {report['recall']:.2f}), "
-             f"exact match {report['exact_match']:.2f}, repaired {report['repaired']}")
-  if "sacrebleu" in report:
-    line += (f", sacreBLEU {report['sacrebleu']:.2f} ({report['sacrebleu_signature']}), chrF "
-             f"{report['chrf']:.2f}, tokenized BLEU {report['tokenized_bleu']:.2f}")
+  line += f": perplexity {report['perplexity']:.2f}" + task.report_line(report)
   if "compare" in report:
     c = report["compare"]
     line += f"; vs {c['baseline']}: " + ", ".join(
         f"{name} {c[key]['delta']:+.2f} (p={c[key]['p_value']:.4f})"
         for key, name in (("f1", "F1"), ("bleu", "BLEU"), ("chrf", "chrF")) if key in c)
   print(f"{line}; wrote {stem}.*", flush=True)
-
-
-def summary_table(reports: Sequence[dict]) -> str:
-  """One Markdown row per evaluated set."""
-  if any("f1" in r for r in reports):  # a parser: EVALB's two summaries
-    header = ["set", "step", "sentences", "perplexity", "F1", "P", "R", "exact", "F1 (<= 40 words)",
-              "repaired", "sent/s"]
-    rows = [[r["set"], r["step"], r.get("sentences"), r["perplexity"], r.get("f1"),
-             r.get("precision"), r.get("recall"), r.get("exact_match"),
-             (r.get("le40") or {}).get("f1"), r.get("repaired"), r.get("sentences_per_second")]
-            for r in reports]
-    return markdown.table(header, rows)
-  header = ["set", "step", "sentences", "perplexity", "sacreBLEU", "chrF", "TER", "tokenized BLEU",
-            "sent/s"]
-  rows = [[r["set"], r["step"], r.get("sentences"), r["perplexity"], r.get("sacrebleu"),
-           r.get("chrf"), r.get("ter"), r.get("tokenized_bleu"), r.get("sentences_per_second")]
-          for r in reports]
-  return markdown.table(header, rows)
-
-
-def _trees(texts: Sequence[str], what: str) -> list[nltk.Tree]:
-  """Bracketed tree texts -> trees; one that does not read is a one-line ConfigError."""
-  out = []
-  for i, text in enumerate(texts):
-    try:
-      out.append(nltk.Tree.fromstring(text))
-    except ValueError as e:
-      reason = str(e).strip().splitlines()[0]
-      raise ConfigError(f"{what}: line {i + 1} is not a bracketed tree ({reason}): {text[:60]!r}"
-                        ) from None
-  return out
 
 
 def _comparison_hypotheses(path: str, set_name: str, count: int) -> list[str]:

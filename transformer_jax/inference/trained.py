@@ -9,14 +9,14 @@ from typing import Sequence
 
 import ml_collections
 
+from transformer_jax.data import tokenizer as tok_lib
 from transformer_jax.model import attention
 from transformer_jax.runtime import files as files_lib
-from transformer_jax.training import averaging, checkpoint
 from transformer_jax.runtime.config import ModelConfig, validate
-from transformer_jax.runtime.exceptions import ConfigError
-from transformer_jax.data import tokenizer as tok_lib
-from transformer_jax.runtime.exceptions import DataError
+from transformer_jax.runtime.exceptions import ConfigError, DataError
 from transformer_jax.runtime.overrides import apply_overrides, parse_overrides
+from transformer_jax.tasks import registry
+from transformer_jax.training import averaging, checkpoint
 
 # Config sections an evaluation may override on top of the checkpoint's config.
 EVAL_OVERRIDABLE = ("decode", "data", "mesh")
@@ -40,6 +40,7 @@ def checkpoint_config(workdir: str, override_args: Sequence[str] = (), *, averag
   config = ml_collections.ConfigDict(config.to_dict())
   apply_overrides(config, overrides)
   validate(config)
+  registry.get(config)  # the task's checks of the overridden config
   attention.check_backend(ModelConfig.from_config(config.model))
   return params, config, step, overrides
 

@@ -3,11 +3,11 @@
   from transformer_jax.inference.translate import Translator
   Translator.from_workdir("workdirs/multi30k").translate(["A man rides a bike."])
 
-A parser's workdir (data.task='parsing') reads tokenized sentences and writes trees.
-Sentences are encoded with the workdir's SentencePiece model, sorted by length and decoded in
-batches padded to a few fixed widths (so jit compiles a handful of shapes), then put back in
-input order. Empty lines give empty outputs; a line longer than the model's source limit is
-cut to it with one warning naming the line.
+The workdir's task (tasks/registry.py) says what the outputs are: a parser's workdir reads
+tokenized sentences and writes trees. Sentences are encoded with the workdir's SentencePiece
+model, sorted by length and decoded in batches padded to a few fixed widths (so jit compiles a
+handful of shapes), then put back in input order. Empty lines give empty outputs; a line longer
+than the model's source limit is cut to it with one warning naming the line.
 """
 
 from __future__ import annotations
@@ -20,16 +20,15 @@ import ml_collections
 import numpy as np
 from absl import logging
 
+from transformer_jax.data import tokenizer as tok_lib
 from transformer_jax.decoding import decode
 from transformer_jax.inference import trained
 from transformer_jax.model import sharding
 from transformer_jax.runtime import files
-from transformer_jax.tasks.parsing import tree_constraint
 from transformer_jax.runtime.config import ModelConfig
 from transformer_jax.runtime.exceptions import ConfigError
-from transformer_jax.data import tokenizer as tok_lib
-from transformer_jax.tasks.parsing import trees
 from transformer_jax.runtime.files import read_lines
+from transformer_jax.tasks import registry
 
 
 def _bucket_width(n: int) -> int:
@@ -63,13 +62,8 @@ class Translator:
     self.batch_size = config.decode.batch_size
     if mesh is not None:
       self.batch_size = sharding.padded_rows(self.batch_size, mesh)
-    self.constraint = None  # a parser's outputs are trees (decode.parse_constraint)
-    if config.data.task == "parsing" and config.decode.parse_constraint:
-      self.constraint = tree_constraint.from_tokenizer(
-          tokenizer, trees.PHRASE_LABELS,
-          trees.POS_PLACEHOLDER if config.data.parse_leaves == "xx" else "",
-          max_opens_in_a_row=config.decode.parse_max_opens_in_a_row,
-          max_unary_chain=config.decode.parse_max_unary_chain)
+    self.task = registry.get(config)
+    self.constraint = self.task.decode_constraint(config, tokenizer)  # None: a free search
     self.decoder_steps = 0  # run by the searches so far (a batch's search runs to its longest)
     self.max_source_len = min(config.data.max_source_len, self.model_config.max_len,
                               *(c.max_len for c, _ in ensemble))
@@ -134,15 +128,11 @@ class Translator:
 
   def translate(self, sentences: Sequence[str], progress: bool = False,
                 raw: bool = False) -> list[str]:
-    """Translations of `sentences`, one per input, in order. A parser (data.task='parsing')
-    gives trees, one line each, the words of the (tokenized) input at the leaves, unless `raw`
-    asks for the decoded linearizations (data/trees.py)."""
+    """Outputs of `sentences`, one per input, in order, as the task writes them (Task.postprocess:
+    a parser's are trees, one line each), or with `raw` the decoded texts as they are."""
     ids = self.translate_ids(self.encode(sentences), progress=progress)
     outputs = [self.tokenizer.decode(x) if x else "" for x in ids]
-    if self.config.data.task == "parsing" and not raw:
-      leaves = self.config.data.parse_leaves
-      outputs = [trees.delinearize(o, s, leaves).text for s, o in zip(sentences, outputs)]
-    return outputs
+    return outputs if raw else self.task.postprocess(self.config, sentences, outputs)
 
 
 def _write_lines(path: str, lines: Iterable[str]) -> None:

@@ -1,2 +1,3 @@
-"""The model (paper §3): attention, masks, positions, embeddings, the encoder-decoder stack,
-and the sharding rules of its parameters. Imports only the runtime."""
+"""The model (paper §3): attention, masks, positions, embeddings, the encoder-decoder stack
+and its sharding rules. Imports only `runtime` of the layers below it.
+"""

@@ -1,18 +1,9 @@
-"""Scaled dot-product attention and multi-head attention (paper §3.2), with a KV cache.
+"""Scaled dot-product and multi-head attention (paper §3.2), with a KV cache for decoding.
 
-Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V
-
-`num_heads`, `d_k` and `d_v` are independent (Table 3 rows A and B), so the projections are
-d_model -> h*d_k (queries, keys), d_model -> h*d_v (values) and h*d_v -> d_model (output).
-The projections have no bias, as in tensor2tensor.
-
-Decoding (`incremental=True`) keeps, in the 'cache' collection:
-- self-attention: the keys/values of every position decoded so far, in
-  [heads, sentences, max_decode_len x beams, d] buffers written one position per step (a step
-  projects one token, not the whole prefix), and a table of which beam holds each position of a
-  row's history, so that beam search reorders hypotheses without copying the buffers;
-- cross-attention: the keys/values of the encoder output, projected once when the cache is
-  created and reused at every step.
+`num_heads`, `d_k` and `d_v` are independent (Table 3 rows A and B); the projections have no
+bias, as in tensor2tensor. Decoding (`incremental=True`) caches the self-attention keys and
+values one position per step, with a table of which beam holds each position so that beam search
+reorders hypotheses without copying the buffers, and the cross-attention keys and values once.
 """
 
 from __future__ import annotations
@@ -23,9 +14,9 @@ import jax.numpy as jnp
 from absl import logging
 
 from transformer_jax.model import matmul
+from transformer_jax.model.masks import Mask
 from transformer_jax.runtime.config import ModelConfig
 from transformer_jax.runtime.exceptions import ConfigError
-from transformer_jax.model.masks import Mask
 
 _NEG_INF = -1e30  # large and finite: exp() underflows to exactly 0 in float32
 
@@ -221,18 +212,15 @@ class MultiHeadAttention(nn.Module):
   def _cached_self_attention(self, x_NxTxD, q_NxTxHxK):
     """Decoder self-attention of one new position against the cache.
 
-    Each row writes its key/value for position i into its own slot, and `source_beams[n, s]`
-    says which beam of row n's sentence holds position s of row n's history. Beam search
-    reorders hypotheses by permuting that small int32 table (beam_search.reorder_cache), never
-    the key/value buffers, and every (row, position) slot is written once, at step `position`,
-    by the hypothesis then in that row. Attention reads the history through the table without
-    gathering the buffers (`cached_beam_attention`).
+    Each row writes its key/value for position i into its own slot once, and `source_beams[n, s]`
+    says which beam of row n's sentence holds position s of row n's history: beam search
+    reorders hypotheses by permuting that small table (beam_search.reorder_cache), never the
+    buffers, and attention reads the history through it (`cached_beam_attention`).
 
     The buffers are [heads, sentences, positions x beams, d]: head-major, so the per-step
-    matmuls batch over heads and sentences, and position-major within a sentence, so one step
-    writes one contiguous [beams, d] slice per head and sentence and the matmuls read the
-    buffer as it is (with a reshape between the in-place update and the read, XLA copies the
-    whole buffer every step).
+    matmuls batch over heads and sentences; position-major, so a step writes one contiguous
+    [beams, d] slice and the matmuls read the buffer as it is (a reshape between the in-place
+    update and the read would make XLA copy the whole buffer every step).
     """
     cfg = self.config
     creating = not self.has_variable("cache", "cached_key")

@@ -10,8 +10,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from transformer_jax.runtime.config import ModelConfig
 from transformer_jax.model.matmul import rows_matmul
+from transformer_jax.runtime.config import ModelConfig
 
 
 class Embedding(nn.Module):

@@ -1,8 +1,8 @@
 """The encoder and decoder layers (paper §3.1) and the position-wise FFN (§3.3).
 
-Post-LN, as the paper: x = LayerNorm(x + Dropout(Sublayer(x))).
-Pre-LN (`pre_ln=True`): x = x + Dropout(Sublayer(LayerNorm(x))), with a final LayerNorm on each
-stack (in `model.py`).
+Post-LN, as the paper: x = LayerNorm(x + Dropout(Sublayer(x))). Pre-LN (`pre_ln=True`, a named
+deviation): x = x + Dropout(Sublayer(LayerNorm(x))), with a final LayerNorm on each stack
+(transformer.py).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from transformer_jax.model.attention import MultiHeadAttention
-from transformer_jax.runtime.config import ModelConfig
 from transformer_jax.model.matmul import dense_dot_general
+from transformer_jax.runtime.config import ModelConfig
 
 
 def layer_norm(cfg: ModelConfig, name: str) -> nn.LayerNorm:

@@ -1,13 +1,9 @@
-"""Attention masks. Every mask is boolean [B, 1, Lq, Lk]: True where a query may attend a key.
+"""Attention masks, boolean [B, 1, Lq, Lk]: True where a query may attend a key.
 
-- padding: keys (and queries) that are padding (token id 0) take no part;
-- causal: decoder position t sees positions <= t only (paper §3.2.3);
-- segments: in packed rows, attention never crosses from one example to another.
-
-The model passes each attention layer a `Mask`: the dense boolean array (what the einsum and
-XLA paths use) and, when the batch is not packed, the same mask said structurally (causal or
-not, per-example query/key lengths of right-padded rows), which is what cuDNN's fused kernel
-takes instead of an array. Under jit the form an implementation does not read costs nothing.
+Padding (token id 0) takes no part; the decoder is causal (paper §3.2.3); in packed rows
+attention never crosses from one example to another. Each attention layer gets a `Mask`: the
+dense array (for the einsum and XLA paths) and, for unpacked batches, the same mask said
+structurally (causal or not, per-row lengths), which is what cuDNN's fused kernel takes.
 """
 
 from __future__ import annotations

@@ -1,23 +1,15 @@
 """Weight matmuls as 2-D matrix products over flattened rows.
 
-Every weight matmul in the model (the Q/K/V and output projections, the FFN, the pre-softmax
-projection) multiplies activations [B, L, D] by a weight [D, F]. Written as a 3-D `dot_general`,
-the weight gradient contracts over two dimensions (B and L); XLA then canonicalises that dot with
-a transposed copy of the output gradient, one [F, B*L] copy per weight per step (1 GiB per step
-for the base model at 8x128 on the CPU). Flattening [B, L] to B*L rows first (a free reshape of a
-row-major array) makes every product, forward and backward, a plain 2-D matmul whose gradient
-needs no copy. The contraction is the same, so the maths is unchanged.
+Every weight matmul in the model multiplies activations [B, L, D] by a weight [D, F]. As a 3-D
+`dot_general`, the weight gradient contracts over B and L, and XLA canonicalises it with a
+transposed copy of the output gradient per weight per step. Flattening [B, L] to B*L rows first
+(a free reshape) makes every product, forward and backward, a plain 2-D matmul with the same
+contraction, so the maths is unchanged.
 
-bfloat16 compute (`model.dtype='bfloat16'`): the products take bfloat16 operands, accumulate in
-float32 and return the compute dtype (float32 where asked: the logits, the attention logits).
-Their gradients are written out (`_bf16_einsum`) so that every product of the
-backward pass is one that XLA's CPU backend hands to its bfloat16 kernels (YNNPACK, on AMX or
-AVX512-BF16 units). Those take [M, K] x [K, N] operands laid out row-major and bfloat16 on both
-sides; autodiff would instead multiply a float32 cotangent by a bfloat16 operand, and contract
-the weight gradient x^T g over x's leading dimension, and XLA silently computes both in float32
-(or, for some batched forms, fails at run time). Here the cotangent is rounded to bfloat16 and
-the transposed operand is copied to row-major first (a cheap copy; a layout constraint on the
-CPU only, TPU and GPU compilers pick their own layouts). What it buys: time_to_quality.md.
+bfloat16 (`model.dtype='bfloat16'`): operands in bfloat16, accumulation in float32. The gradients
+are written out (`_bf16_einsum`) so that every backward product has the row-major bfloat16
+operands that XLA's CPU backend hands to its bfloat16 kernels; autodiff's mixed float32 x
+bfloat16 products would silently run in float32 (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -26,7 +18,6 @@ import functools
 
 import jax
 import jax.numpy as jnp
-from jax.experimental.layout import Layout, with_layout_constraint
 
 
 BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")  # x86 bfloat16 matrix units, as /proc/cpuinfo names them
@@ -46,8 +37,7 @@ def cpu_has_bf16_units(cpuinfo: str = "/proc/cpuinfo") -> bool | None:
 def slow_dtype_warning(dtype: str, cpuinfo: str = "/proc/cpuinfo",
                        backend: str | None = None) -> str | None:
   """A warning line when bfloat16 compute is asked for on a CPU without bfloat16 units, where it
-  is slower than float32 (the multi30k step 1.41x slower on an AMD EPYC with AVX2 only:
-  experiments/results/bench_bf16/bfloat16_amd.md); None otherwise (backend: JAX's default)."""
+  is slower than float32; None otherwise (backend: JAX's default)."""
   if (dtype != "bfloat16" or (backend or jax.default_backend()) != "cpu"
       or cpu_has_bf16_units(cpuinfo) is not False):
     return None
@@ -77,8 +67,14 @@ def dense_dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_ele
 
 
 def _laid_out(x: jax.Array) -> jax.Array:
-  """x itself, laid out row-major on the CPU (elsewhere the compiler chooses)."""
+  """x itself, laid out row-major on the CPU (elsewhere the compiler chooses). The experimental
+  layout API is imported only here, on the CPU: a jax that moved it costs the CPU's bfloat16
+  kernels their operand layout, never an accelerator its import."""
   if jax.default_backend() != "cpu":
+    return x
+  try:
+    from jax.experimental.layout import Layout, with_layout_constraint  # pylint: disable=g-import-not-at-top
+  except ImportError:
     return x
   return with_layout_constraint(x, Layout(major_to_minor=tuple(range(x.ndim))))
 

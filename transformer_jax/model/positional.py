@@ -1,14 +1,9 @@
 """Positional encodings (paper §3.5): the fixed sinusoids and the learned table of Table 3 row E.
 
-PE(pos, 2i)   = sin(pos / 10000^(2i/d_model))
-PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))
-
-Sines sit on the even dimensions and cosines on the odd ones, interleaved as in the paper
-(tensor2tensor concatenates them instead; the two differ only by a fixed permutation).
-
-Sinusoids exist for any position: the table covers `model.max_len` positions, or more when a
-decoder is built for a longer output buffer (`length`), so the paper's output limit "input length
-+ 50" holds for every input the model accepts. A learned table (row E) has exactly `max_len` rows.
+PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)),
+interleaved as in the paper (tensor2tensor concatenates them: a fixed permutation of the same).
+Sinusoids cover any length a decoder is built for, so the output limit "input length + 50"
+holds for every input; a learned table has exactly `max_len` rows.
 """
 
 from __future__ import annotations

@@ -1,22 +1,14 @@
-"""The device mesh and the one place that maps logical axis names to mesh axes.
+"""The device mesh and the one table that maps logical axis names to mesh axes.
 
-Mesh axes (`config.mesh`, one of them may be -1 = "all remaining devices"):
+Mesh axes (`config.mesh`; one may be -1, "all remaining devices"): 'data' splits batch rows,
+'fsdp' also shards parameters, gradients and optimizer state (ZeRO-3), 'tensor' splits heads,
+d_ff and the vocabulary (Megatron). Model code names every parameter and main activation
+dimension logically ('batch', 'embed', 'heads', ...); `LOGICAL_RULES` decides where each goes.
+A single device is the 1x1x1 mesh, so every run takes the same code path.
 
-- 'data':   pure data parallelism: batch rows split, parameters and optimizer state replicated;
-- 'fsdp':   data parallelism with parameters, gradients and optimizer state sharded as well
-            (ZeRO-3 / FSDP: XLA all-gathers each weight where it is used and reduce-scatters
-            its gradient);
-- 'tensor': Megatron tensor parallelism: attention heads, the FFN's d_ff and the vocabulary
-            split, so that each layer needs one all-reduce of its output.
-
-Model code names every parameter and main activation dimension logically ('batch', 'embed',
-'heads', 'mlp', 'vocab', ...); `LOGICAL_RULES` decides where each goes. A single device is the
-1x1x1 mesh, so every run takes the same code path.
-
-Everything the compiled steps need comes from here: `make_mesh`, `mesh_context` (trace under
-the mesh and the rules), `state_shardings`-style trees via `logical_shardings`, the batch
-sharding and `global_batch` (each process contributes its own rows), and `param_shardings` for
-inference (decode, evaluate) without an optimizer.
+The compiled steps take everything from here: `make_mesh`, `mesh_context` (trace under the mesh
+and the rules), `logical_shardings`, `global_batch` and `param_shardings` for inference. The
+rules, array by array: docs/scaling.md.
 """
 
 from __future__ import annotations
@@ -33,9 +25,9 @@ from absl import logging
 from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
-from transformer_jax.runtime.config import ModelConfig, check_sharded_dims
-from transformer_jax.runtime.exceptions import ConfigError
 from transformer_jax.model.transformer import Transformer
+from transformer_jax.runtime.config import check_sharded_dims, ModelConfig
+from transformer_jax.runtime.exceptions import ConfigError
 
 MESH_AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")  # batch rows are split over both data-parallel axes

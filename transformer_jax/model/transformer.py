@@ -17,10 +17,10 @@ import jax
 import jax.numpy as jnp
 
 from transformer_jax.model import masks
-from transformer_jax.runtime.config import ModelConfig
 from transformer_jax.model.embedding import Embedding
 from transformer_jax.model.layers import DecoderLayer, EncoderLayer, layer_norm
 from transformer_jax.model.positional import PositionalEncoding
+from transformer_jax.runtime.config import ModelConfig
 
 
 def shift_right(targets_BxT: jnp.ndarray, segments_BxT: jnp.ndarray | None = None) -> jnp.ndarray:
@@ -85,18 +85,6 @@ def unstack_layers(model_cfg: ModelConfig, params) -> tuple[ModelConfig, Any]:
     tree.update({f"layer_{i}": jax.tree.map(lambda x, i=i: x[i], stacked) for i in range(n)})
     out[stack] = tree
   return model_cfg.replace(scan_layers=False), out
-
-
-def stack_layers(model_cfg: ModelConfig, params) -> Any:
-  """The inverse of unstack_layers: an unrolled model's parameters for `model_cfg` with
-  scan_layers=True (e.g. to continue an unrolled run's weights in a scanned model)."""
-  out = dict(params)
-  for stack, n in (("encoder", model_cfg.num_encoder_layers), ("decoder", model_cfg.num_decoder_layers)):
-    tree = {k: v for k, v in params[stack].items() if not k.startswith("layer_")}
-    tree["layers"] = {"layer": jax.tree.map(lambda *xs: jnp.stack(xs),
-                                            *[params[stack][f"layer_{i}"] for i in range(n)])}
-    out[stack] = tree
-  return out
 
 
 def _positions(tokens_BxL, positions_BxL):

@@ -1,2 +1,3 @@
-"""Layer 0, the runtime: config and overrides, the command line, files (local or gs://),
-processes and hosts, special token ids, exception types. Imports nothing else of ours."""
+"""The lowest layer: config and overrides, the command line, files (local or gs://), processes and
+hosts, special token ids, exception types. Imports nothing else of ours.
+"""

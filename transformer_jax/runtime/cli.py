@@ -1,9 +1,8 @@
-"""Command-line plumbing shared by every entry point (training CLI, sweep runner, benchmarks):
-flag parsing with `--config.KEY=VALUE` overrides taken aside, and user mistakes as one line.
+"""Command-line plumbing shared by every entry point (training CLI, sweep runner, benchmarks).
 
-The exception types in `user_errors()` mean "the user asked for something that cannot be done":
-they print as `error: ...` and exit with status 2, without a traceback; anything else is a bug
-and keeps its traceback.
+Flags are parsed with `--config.KEY=VALUE` overrides taken aside. The exception types in
+`user_errors()` mean "the user asked for something that cannot be done": they print as one line
+`error: ...` and exit with status 2; anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Every run config (``configs/*.py``) starts from :func:`default_config`, the sing
 all keys with the paper's values as defaults. :func:`validate` checks a finished run config
 (unknown keys with the nearest valid one, types, sizes, choices, model dimensions a fixed mesh
 axis cannot split evenly) and raises :class:`ConfigError` with one line naming the key, so a user
-mistake never reaches jit.
+mistake never reaches jit; what depends on `data.task` is the task's to check (tasks/registry.py).
 :class:`ModelConfig` is the one frozen dataclass the model modules read. Config files and
 `--config.KEY=VALUE` overrides are read by transformer_jax/runtime/overrides.py.
 """
@@ -28,8 +28,6 @@ DTYPES = ("float32", "bfloat16", "float16")
 VOCAB_TYPES = ("bpe", "unigram")
 BATCH_MODES = ("bucket", "pack")
 RNG_IMPLS = ("threefry2x32", "rbg", "unsafe_rbg")
-TASKS = ("translation", "parsing")
-PARSE_LEAVES = ("xx", "words")  # data.parse_leaves: what a linearized tree writes for a word
 DATA_DIR_ENV = "TRANSFORMER_JAX_DATA_DIR"
 MAX_SEED = 2**31 - 1  # seeds numpy, grain and jax.random alike
 # Model dimensions split over a mesh axis, as transformer_jax/model/sharding.py's LOGICAL_RULES place
@@ -73,8 +71,8 @@ def default_config() -> ml_collections.ConfigDict:
   c.data = ml_collections.ConfigDict()
   d = c.data
   d.data_dir = os.environ.get(DATA_DIR_ENV, "../shared/data")
-  d.task = "translation"          # 'parsing': .mrg treebank files in local_corpus, words ->
-                                  # linearized trees (data/trees.py), scored by bracket F1
+  d.task = "translation"          # a name in tasks/registry.py, which checks it; 'parsing': .mrg
+                                  # treebank files in local_corpus, words -> linearized trees
   d.parse_leaves = "xx"           # parsing targets write each word as 'xx': the placeholder XX
                                   # (Vinyals et al. 2015), or 'words': the word itself
   d.dataset = "wmt14_translate/de-en"  # a TFDS name, or 'local' for aligned text files
@@ -153,9 +151,8 @@ def default_config() -> ml_collections.ConfigDict:
   dc.parse_constraint = False     # parsing: the search emits only trees over the source's words
                                   # (tree_constraint.py; a deviation: the paper decodes freely)
   dc.parse_max_opens_in_a_row = 8  # constrained search: opening brackets between two leaves
-  dc.parse_max_unary_chain = 4    # and phrases in a unary chain (one span); the sample's
-                                  # training trees need 6 and 4 (training warns where its trees
-                                  # need more: data/trees.py search_limits)
+  dc.parse_max_unary_chain = 4    # and phrases in a unary chain (one span); training warns
+                                  # where its trees need more (tree_constraint.search_limits)
 
   c.mesh = ml_collections.ConfigDict()
   c.mesh.data = -1                # -1: all devices not used by the other axes
@@ -297,12 +294,6 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   model = ModelConfig.from_config(config.model)  # runs the model checks
   d, t, dc = config.data, config.train, config.decode
   _choice("data.", "vocab_type", d.vocab_type, VOCAB_TYPES)
-  _choice("data.", "task", d.task, TASKS)
-  _choice("data.", "parse_leaves", d.parse_leaves, PARSE_LEAVES)
-  if d.task == "parsing" and (d.dataset != "local" or d.extra_train_files or d.eval_data_dir):
-    raise ConfigError("config key 'data.task'='parsing' reads .mrg files from data.local_corpus: "
-                      "it needs data.dataset='local' and no data.extra_train_files or "
-                      "data.eval_data_dir")
   _choice("data.", "batch_mode", d.batch_mode, BATCH_MODES)
   _rate("data.", "bpe_dropout", d.bpe_dropout)
   if d.bpe_dropout and d.vocab_type != "bpe":
@@ -360,9 +351,6 @@ def validate(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     raise ConfigError(f"config key 'decode.alpha' must be >= 0, got {dc.alpha}")
   _positive("decode.", "parse_max_opens_in_a_row", dc.parse_max_opens_in_a_row)
   _positive("decode.", "parse_max_unary_chain", dc.parse_max_unary_chain)
-  if dc.parse_constraint and d.task != "parsing":
-    raise ConfigError("config key 'decode.parse_constraint' constrains a parser's trees: it needs "
-                      f"data.task='parsing', got {d.task!r}")
   for name in ("data", "fsdp", "tensor"):
     v = config.mesh[name]
     if not isinstance(v, int) or isinstance(v, bool) or (v < 1 and v != -1):

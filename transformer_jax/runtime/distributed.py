@@ -1,22 +1,11 @@
-"""Multi-host start-up on JAX's own distributed runtime, and the few cross-process helpers.
+"""Multi-host start-up on JAX's distributed runtime, and the few cross-process helpers.
 
-How a process finds its cluster (`initialize`, called by the CLI before anything touches JAX):
-
-1. Explicit: --coordinator_address/--num_processes/--process_id flags, else the environment
-   variables JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID (all three, or none).
-   Any cluster, e.g. two processes on one machine for a test. Process 0 listens at the address.
-2. SLURM (inside `srun`, more than one task): `jax.distributed.initialize()` reads SLURM_* for
-   the coordinator (first node of the step), the process count and id. JAX then gives each task
-   the one GPU numbered SLURM_LOCALID (one task per GPU: all GPUs of the node visible to every
-   task, no --gpus-per-task binding); with one task per node, export
-   JAX_LOCAL_DEVICE_IDS=0,1,...,7 so that each task gets all its node's GPUs (launch/slurm.sbatch
-   does both).
-3. Cloud TPU VM (any worker of a slice, also a multi-slice job): `jax.distributed.initialize()`
-   asks the TPU metadata server for the workers.
-4. Otherwise: a single process; nothing to do.
-
-Set TRANSFORMER_JAX_DISTRIBUTED=0 to skip 2 and 3 (e.g. a one-process debugging run inside a
-SLURM allocation). CPU clusters use gloo collectives (set here when nothing else was chosen).
+`initialize` (called by the CLI before anything touches JAX) finds the cluster from, in order:
+the --coordinator_address/--num_processes/--process_id flags or the JAX_COORDINATOR_ADDRESS,
+JAX_NUM_PROCESSES, JAX_PROCESS_ID variables (all three or none); SLURM inside `srun` with more
+than one task; a Cloud TPU VM slice; else a single process. TRANSFORMER_JAX_DISTRIBUTED=0 skips
+SLURM and TPU detection, e.g. for a one-process debugging run inside an allocation. CPU clusters
+use gloo collectives. How SLURM tasks get their GPUs: launch/README.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """Workdir files on a local (or network-mounted) disk or in an object store (gs://, s3://).
 
-A workdir is a local path or a URL. Local paths are made absolute and go through `os`, as they
-always did; URLs stay URLs (never `os.path.abspath`, which would make 'gs://b/run' a local
-folder named 'gs:') and go through `etils.epath`, which reaches the store through fsspec (gcsfs
-for gs://, s3fs for s3://). Orbax writes checkpoints to the same URLs itself.
-
-Object stores have no rename, append or exclusive create; where this module offers those it
-emulates them: `append_lines` rewrites the object, `write_text` writes it whole (an object
-appears complete or not at all, so a plain write is already atomic there), `rename` copies and
-deletes. Callers that need more (the workdir lock) check `is_remote` and say what they do.
+Local paths are made absolute and go through `os`; URLs stay URLs (`os.path.abspath` would make
+'gs://b/run' a local folder 'gs:') and go through `etils.epath` and fsspec. Orbax writes
+checkpoints to the same URLs itself. Object stores have no rename, append or exclusive create;
+where this module offers those it emulates them (`append_lines` rewrites the object, `rename`
+copies and deletes; a whole-object write is already atomic). Callers that need more, such as the
+workdir lock, check `is_remote`.
 """
 
 from __future__ import annotations

@@ -1,17 +1,14 @@
 """Host memory: keep the CPU backend's per-step buffers mapped between steps (glibc malloc).
 
-XLA's CPU client allocates each execution's temporary buffer (gigabytes for a base-model train
-step) with posix_memalign from its worker threads. glibc serves a request that large from a
-fresh mmap in a thread arena and unmaps it on free, so every step page-faults every page of it
-anew, paying kernel time each step. With all threads in the main arena, no mmap for large blocks
-and no trimming, the freed memory is reused by the next step and the faults disappear
-(measurements: experiments/results/archive/bench_summary.md).
+XLA's CPU client allocates each execution's large temporary buffer from its worker threads;
+glibc serves such a request with a fresh mmap and unmaps it on free, so every step page-faults
+every page anew. With all threads in the main arena, no mmap for large blocks and no trimming,
+the next step reuses the freed memory.
 
-glibc reads these settings when the process starts, so the command-line entry points re-execute
-themselves once with them in the environment (`reexec_with_malloc_settings`, before jax is
-imported). It only does so on Linux with glibc when JAX will use the CPU (JAX_PLATFORMS=cpu, or no
-GPU/TPU device files), and `TRANSFORMER_JAX_MALLOC=0` turns it off. The cost: memory freed by one
-step stays with the process (its peak is the same).
+glibc reads these settings at start-up, so the entry points re-execute themselves once with them
+in the environment (`reexec_with_malloc_settings`, before jax is imported): only on Linux with
+glibc when JAX will use the CPU. `TRANSFORMER_JAX_MALLOC=0` turns it off. The cost: memory freed
+by one step stays with the process (its peak is the same).
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
-"""Orbax's noise after a failure that is already reported in one line: the tracebacks its threads
-log for a failed save or read, asyncio's orphaned futures, and the 'Event loop is closed' that
-tensorstore callbacks raise after their loop is gone. Used by checkpoint.py (Saver while a run
-saves; `failed_reads` once a checkpoint failed to load)."""
+"""Orbax's log noise after a failure that is already reported in one line.
+
+Filters the tracebacks its threads log for a failed save or read, asyncio's orphaned futures and
+tensorstore's 'Event loop is closed' after the loop is gone, so the user sees the one line.
+Used by checkpoint.py.
+"""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """The special token ids of the shared SentencePiece vocabulary, in one place.
 
-Padding is 0 (masks treat it as "no token"), end of sentence 1 (every source and target ends
-with it; beam search stops on it), unknown 2. The tokenizer trains its vocabulary with these ids
-(data/tokenizer.py); the model, the masks and the decoders read them from here.
+Padding 0 (masks read it as "no token"), end of sentence 1 (every sequence ends with it; beam
+search stops on it), unknown 2. The tokenizer trains its vocabulary with these ids.
 """
 
 PAD_ID = 0

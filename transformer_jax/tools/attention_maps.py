@@ -1,28 +1,14 @@
 """Attention maps: every layer and head of the encoder self-attention, the decoder (masked)
-self-attention and the encoder-decoder (cross) attention, for sentences and their translations.
+self-attention and the cross-attention, for sentences and their translations.
 
-Run (a trained workdir: checkpoint + vocabulary):
-  python -m transformer_jax.tools.attention_maps --workdir=W --out=DIR \
-      [--sentence="The animal didn't cross the street because it was too tired."] [--sentence=...]
+  python -m transformer_jax.tools.attention_maps --workdir=W --out=DIR [--sentence="..."]...
 
-For each sentence it writes one PNG per (kind, layer), all heads as subplots, and one
-self-contained HTML page (`DIR/attention_maps.html`, the weights inline as JSON plus a little
-JavaScript, no external assets) where a reader picks sentence / kind / layer / head.
-
-How the weights are captured, without changing the model's maths: the sentence is translated by
-the model itself (beam search through `Translator`), then the model is applied once, teacher
-forced, on (source = the sentence, target = that translation + EOS) with the flax 'intermediates'
-collection mutable. `MultiHeadAttention` sows its softmax weights [B, N, T, S] there (einsum path;
-the fused `dot_product_attention` path returns none, so the einsum path, the same function, is
-used for capturing). The logits of that apply are the model's ordinary logits.
-
-Axes (token labels are SentencePiece pieces, '▁' marks a word start, '</s>' is EOS):
-- encoder self-attention: rows (queries) and columns (keys) are the source pieces;
-- cross-attention: rows are the target positions, labelled with the piece the model predicts
-  there (its translation), columns the source pieces;
-- decoder self-attention: rows as for cross-attention; columns are the decoder inputs, i.e. the
-  target shifted right with the start symbol '<s>' (id 0) in front; the causal mask lets row t
-  see columns 0..t (the start symbol and the pieces before the one it predicts).
+Writes one PNG per (kind, layer), all heads as subplots, and one self-contained HTML page
+(`DIR/attention_maps.html`) where a reader picks sentence, kind, layer and head. The model
+translates each sentence, then is applied once, teacher forced on that translation, with the
+'intermediates' collection mutable: `MultiHeadAttention` sows its weights there on the einsum
+path, so the maps are the model's own weights, its maths unchanged. How to read the axes:
+docs/workflow.md, "Attention maps".
 """
 
 from __future__ import annotations
@@ -41,11 +27,11 @@ import jax.numpy as jnp
 import numpy as np
 from absl import flags
 
-from transformer_jax.training import checkpoint
-from transformer_jax.runtime.config import ModelConfig
-from transformer_jax.model.transformer import Transformer
-from transformer_jax.runtime.special_ids import EOS_ID
 from transformer_jax.inference.translate import Translator
+from transformer_jax.model.transformer import Transformer
+from transformer_jax.runtime.config import ModelConfig
+from transformer_jax.runtime.special_ids import EOS_ID
+from transformer_jax.training import checkpoint
 
 KINDS = ("encoder_self", "decoder_self", "cross")
 KIND_TITLES = {"encoder_self": "encoder self-attention",

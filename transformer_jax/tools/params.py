@@ -10,8 +10,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from transformer_jax.runtime.config import ModelConfig
 from transformer_jax.model.transformer import Transformer
+from transformer_jax.runtime.config import ModelConfig
 
 
 def param_shapes(cfg: ModelConfig):

@@ -21,8 +21,8 @@ import orbax.checkpoint as ocp
 
 from transformer_jax.model import sharding
 from transformer_jax.runtime import files
-from transformer_jax.training import checkpoint, step as step_lib, workdir as workdir_lib
 from transformer_jax.runtime.exceptions import CheckpointError
+from transformer_jax.training import checkpoint, step as step_lib, workdir as workdir_lib
 
 
 def averaged_dir(workdir: str, k: int) -> str:

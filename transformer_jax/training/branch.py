@@ -37,12 +37,11 @@ from typing import Any, Mapping
 import ml_collections
 import numpy as np
 
-from transformer_jax.runtime import dotted, exceptions
-from transformer_jax.runtime import files
-from transformer_jax.training import checkpoint, schedule, workdir as workdir_lib
+from transformer_jax.runtime import dotted, exceptions, files
 from transformer_jax.runtime.config import validate, with_defaults
 from transformer_jax.runtime.exceptions import ConfigError
 from transformer_jax.runtime.overrides import apply_overrides
+from transformer_jax.training import checkpoint, schedule, workdir as workdir_lib
 
 MARKER = "branch.json"
 COPIED = ("vocab", "metrics.jsonl", "tb")  # besides checkpoints/S; absent ones are skipped

@@ -1,26 +1,15 @@
 """Orbax checkpoints of a workdir: save (async), resume from the newest good one, load for use.
 
-Layout: `WORKDIR/checkpoints/<step>/` holds these items:
-- 'state': the TrainState (parameters, optimizer state, step counters), sharded arrays;
-- 'data': the input iterator's state (grain), so a resumed run sees the same batches;
-- 'config': the run config as JSON, so a checkpoint can be loaded without its config file;
-- 'progress': JSON {"train_seconds": ...}, the training wall time up to this step, so that
-  `train.max_train_minutes` counts across resumes (absent in older checkpoints: 0).
+`WORKDIR/checkpoints/<step>/` holds the train state, the input iterator's state (so a resumed run
+sees the same batches), the run config (so a checkpoint loads without its config file) and the
+progress (training wall time, so `train.max_train_minutes` counts across resumes, and the
+vocabulary's fingerprint, so a resume with another vocabulary is refused).
 
-Orbax writes each checkpoint to a temporary folder and renames it when complete, so a killed
-save never looks finished. A checkpoint that still fails to load (truncated or corrupted
-files) is moved aside to `WORKDIR/checkpoints/corrupt_<step>_<time>` and the previous one is
-used, with the data iterator back where it was before the failed attempt; nothing is deleted.
-Each checkpoint's 'progress' item also holds the run's vocabulary's fingerprint (and its file's
-SHA-256), so that a resume with another vocabulary is refused (train.py).
-
-`Saver` is a training run's writer: saves are asynchronous, and a save that fails (a full disk,
-a lost mount) in the foreground or in Orbax's background thread stops the run with one line
-(`SaveError`) naming the step, the folder and the free space; the partial temporary folder is
-removed and the older checkpoints stay. Once the run's first checkpoint is complete it writes
-`WORKDIR/config.json`, so that file always describes a checkpoint that exists, and for a resumed
-run `WORKDIR/config_changes.jsonl` (record_changes: the config changes and the step they took
-effect).
+A checkpoint that fails to load is moved aside (`checkpoints/corrupt_<step>_<time>`) and the
+previous one used; nothing is deleted. `Saver` is a training run's writer: a save that fails, in
+the foreground or in Orbax's background thread, stops the run in one line (`SaveError`), the
+older checkpoints kept. It writes `WORKDIR/config.json` once the first checkpoint is complete, so
+that file always describes a checkpoint that exists, and `config_changes.jsonl` for a resume.
 """
 
 from __future__ import annotations
@@ -41,10 +30,9 @@ from absl import logging
 
 from transformer_jax.model import sharding
 from transformer_jax.runtime import distributed, files, orbax_logs
-from transformer_jax.training import step as step_lib
 from transformer_jax.runtime.config import validate, with_defaults
-from transformer_jax.runtime.exceptions import ConfigError
-from transformer_jax.runtime.exceptions import CheckpointError, SaveError
+from transformer_jax.runtime.exceptions import CheckpointError, ConfigError, SaveError
+from transformer_jax.training import step as step_lib
 from transformer_jax.training.workdir import free_space
 
 

@@ -1,14 +1,10 @@
 """Label-smoothed cross-entropy (paper §5.4, epsilon_ls = 0.1), padding excluded.
 
-The target distribution puts 1 - eps on the reference token and spreads eps evenly over the
-other V - 1 entries. The reported smoothed loss subtracts that distribution's entropy (as
-tensor2tensor does), so a perfect model scores 0; the NLL of the reference token (whose
-exponential is the per-wordpiece perplexity of Table 3) is returned alongside.
-
-No one-hot [B, T, V] tensor is built: the loss needs only the reference logit, the sum of the
-logits and the log-partition function. `chunked_cross_entropy_sums` does not build the [B, T, V]
-logits either: it projects and scores chunks of positions in turn, recomputing each chunk's
-logits in the backward pass (a memory layout of the same loss, equal to it up to rounding).
+The target puts 1 - eps on the reference token and eps evenly on the other V - 1. The smoothed
+loss subtracts that distribution's entropy (as tensor2tensor), so a perfect model scores 0; the
+reference token's NLL (whose exponential is Table 3's perplexity) is returned alongside. No
+one-hot [B, T, V] is built; `chunked_cross_entropy_sums` also never builds the [B, T, V] logits,
+scoring chunks of positions in turn (the same loss up to rounding, in less memory).
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Where the numbers go: TensorBoard event files, a JSON-lines log, the progress bar, model FLOPs.
 
-Only process 0 writes. `WORKDIR/tb/` holds the event files (tensorboardX, no TensorFlow: scalars,
-and a few decoded dev sentences as text at each dev evaluation) and
-`WORKDIR/metrics.jsonl` one JSON object per logged step. The progress bar counts steps, or, for
-a run limited by wall time (`train.max_train_minutes`), the time budget (elapsed / budget, with
-the step and steps/s beside it).
+Only process 0 writes: `WORKDIR/tb/` (tensorboardX, no TensorFlow: scalars, and a few decoded
+dev sentences as text) and `WORKDIR/metrics.jsonl`, one JSON object per logged step. A run
+limited by wall time shows its progress bar in time, not steps.
 """
 
 from __future__ import annotations

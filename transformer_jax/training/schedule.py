@@ -1,16 +1,11 @@
 """The paper's learning-rate schedule (§5.3) and optimizer, as Optax objects.
 
-lrate = scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
+lrate = scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), evaluated at Optax's count
++ 1 (the paper's step 1 is the first update).
 
-The rate rises linearly for `warmup` steps and then decays with the inverse square root of the
-step. Optax counts updates from 0, so the schedule is evaluated at step + 1 (the paper's step 1
-is the first update).
-
-Deviation (a named switch, off by default): `train.cooldown_steps` > 0 ends the run with a linear
-cool-down: the last `cooldown_steps` of `train.num_steps` go from the rate the schedule has when
-the cool-down starts down to 0 (as in warmup-stable-decay schedules, Hagele et al. 2024). A
-run that stops at num_steps then ends at rate 0; checkpoint averaging does a similar job for
-the paper's schedule (compared on Multi30k: experiments/results/time_to_quality.md).
+`train.cooldown_steps` > 0 (a named deviation, off by default) ends the run with a linear decay
+from the scheduled rate to 0 over its last steps, as warmup-stable-decay schedules do (Hagele et
+al. 2024): an alternative to checkpoint averaging for the paper's schedule.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """The train state and the jit-compiled train and eval steps, with explicit shardings.
 
-One pure function per step, compiled once per batch shape, with the state's buffers donated.
-The state is created directly in its sharded form (`jax.jit` of the initializer with
-`out_shardings`), so no device ever holds a full unsharded copy.
-
-Dropout randomness is a function of (seed, micro-step) only, so a resumed run draws the same
-masks as an uninterrupted one. Gradient accumulation (`train.grad_accum_steps` = A) sums the
-gradients of the token-summed loss over A micro-batches and applies one Adam update with their
-token-weighted mean: exactly the gradient of one batch A times larger.
+One pure function per step, compiled once per batch shape, the state's buffers donated; the
+state is created directly sharded, so no device holds an unsharded copy. Dropout keys depend on
+(seed, micro-step) only, so a resumed run draws the masks of an uninterrupted one. Gradient
+accumulation (`train.grad_accum_steps` = A) applies one Adam update with the token-weighted mean
+of A micro-batches' gradients: exactly the gradient of one batch A times larger.
 """
 
 from __future__ import annotations
@@ -23,12 +20,12 @@ import ml_collections
 import optax
 from jax.sharding import Mesh
 
+from transformer_jax.decoding.decode import log_mean_probs
 from transformer_jax.model import sharding
+from transformer_jax.model.transformer import Transformer
 from transformer_jax.runtime import rng
 from transformer_jax.runtime.config import ModelConfig
-from transformer_jax.decoding.decode import log_mean_probs
 from transformer_jax.training.label_smoothing import chunked_cross_entropy_sums, cross_entropy_sums
-from transformer_jax.model.transformer import Transformer
 from transformer_jax.training.schedule import make_optimizer, make_schedule
 
 BATCH_KEYS = ("inputs", "targets", "inputs_segmentation", "targets_segmentation",

@@ -1,38 +1,15 @@
 """A run's workdir: created, held by one writer at a time, and left without empty folders.
 
-`claim(workdir, purpose)` wraps everything that writes into a workdir (a training run, averaging).
-It creates the folder, takes the lock `WORKDIR/workdir.lock`, and on the way out releases it
-and removes the folders the run left empty (`checkpoints/`, `tb/`, and the workdir itself when
-this run created it), so a run that fails before training leaves nothing behind.
+`claim(workdir, purpose)` wraps everything that writes into a workdir (training, averaging): it
+creates the folder, takes the lock `WORKDIR/workdir.lock` and, on the way out, releases it and
+removes the folders the run left empty, so a run that fails before training leaves nothing.
 
-The lock is a file created with O_CREAT|O_EXCL holding JSON: host, pid, start time, command and
-a random token. A second process finds it and stops with `WorkdirBusy` (a ConfigError: one line
-naming the holder, exit 2) before it writes anything. While held, a daemon thread refreshes the
-file's mtime every HEARTBEAT_SECONDS (the heartbeat). A lock is stale, and taken over with a
-warning, when
-- its holder ran on this host and that pid is gone (kill -9, an out-of-memory kill), or
-- its heartbeat is older than STALE_AFTER_SECONDS (a holder on another host that died, a hung
-  host, or a pid reused by another program).
-Take-over renames the stale file aside (one rename of it succeeds) and checks that what it moved
-is the lock it judged stale; if not, the newer lock is put back and the run is refused.
-
-Why this scheme: the launch scripts put WORKDIR on storage every host sees (NFS/Filestore,
-Lustre, a gcsfuse mount of a GCS bucket). fcntl/flock locks are not reliable there (NFS needs
-lockd, gcsfuse has none, and they vanish silently with a client), while exclusive creation, mtime
-and rename work on all of them. Limits: NFSv3 clients without O_EXCL support (pre-NFSv3), and
-gcsfuse (creation and rename are not atomic across machines), can let two hosts that start within
-moments of each other both create the lock; each holder reads the file back after writing it, so
-the later writer wins and the other stops, which closes most of that window but not all of it.
-Staleness across hosts relies on clocks roughly in sync (within STALE_AFTER_SECONDS) and on
-attribute caches shorter than it (NFS acregmax and gcsfuse's stat cache default to 60 s). Two
-containers that share a hostname but not a pid namespace look like one host.
-
-An object-store workdir (gs://, s3://; files.py) has no exclusive create, rename or mtime
-touch: the lock is created when absent and read back (the last writer wins, as on gcsfuse above),
-the heartbeat rewrites it, and take-over copies it aside.
-
-Multi-host runs: only process 0 takes the lock; its decision is broadcast to every process, so
-all of them stop together.
+The lock is a file made by exclusive create, refreshed by a heartbeat, and taken over when its
+holder is gone or its heartbeat stale: on the shared storage the launch scripts use (NFS,
+Lustre, gcsfuse, gs://) fcntl/flock locks are unreliable, while exclusive create, mtime and rename
+work. A second process stops with `WorkdirBusy`, naming the holder. The scheme's rules and its
+limits per storage: docs/workflow.md, "The workdir lock". In a multi-host run only process 0
+takes the lock and broadcasts its decision.
 """
 
 from __future__ import annotations
@@ -50,8 +27,7 @@ import uuid
 from typing import Iterator
 
 from transformer_jax.runtime import files
-from transformer_jax.runtime.exceptions import ConfigError
-from transformer_jax.runtime.exceptions import WorkdirBusy
+from transformer_jax.runtime.exceptions import ConfigError, WorkdirBusy
 
 LOCK_FILE = "workdir.lock"
 HEARTBEAT_SECONDS = 30.0

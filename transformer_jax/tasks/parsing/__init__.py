@@ -1,2 +1,3 @@
-"""English constituency parsing as a sequence-to-sequence task (paper §6.3): treebank
-reading, linearized trees and their repair, the tree-constrained search, bracket F1."""
+"""English constituency parsing as a sequence-to-sequence task (paper §6.3): treebank reading
+and linearizing (treebank), decoded outputs back into trees (repair), the tree-constrained
+search (tree_constraint), bracket F1 (parseval); the task object that joins them (task)."""

@@ -4,7 +4,7 @@ The conventions (Sekine & Collins' EVALB, parameter file COLLINS.prm, as parsing
 - words whose gold POS tag is punctuation (`` '' . : ,) are deleted from both trees before
   spans are counted; a bracket left spanning no word is not counted (EVALB's "zero element").
   The gold tree's tags decide for both trees, as when EVALB scores an XX-tagged output with the
-  gold tags copied in (data/trees.py: the parser predicts no POS tags);
+  gold tags copied in (the parser predicts no POS tags, treebank.py);
 - TOP (the root) and POS-level (preterminal) brackets are not scored, nor `-NONE-`;
 - labels are cut at the first '-' or '=' (`NP-SBJ` -> `NP`), and ADVP and PRT are one label;
 - brackets match as multisets of (label, start, end): two identical unary brackets in the gold
@@ -23,8 +23,8 @@ EVALB's second summary, `le40` holds the same scores over the sentences of at mo
 `paired_bootstrap` compares two parsers' trees on the same sentences as sacreBLEU compares two
 translations (`--compare`): resampled sentences, the same p-value definition and seed.
 
-`evaluate_parses` is what evaluate.py calls on decoded skeletons: it makes them trees
-(trees.delinearize, counting `repaired`), scores them, and returns the tree texts.
+`evaluate_parses` is how the parsing task scores decoded skeletons: it makes them trees
+(repair.delinearize, counting `repaired`), scores them, and returns the tree texts.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ from typing import Sequence
 import numpy as np
 from sacrebleu.significance import estimate_ci
 
-from transformer_jax.tasks.parsing import trees
-from transformer_jax.tasks.parsing.trees import nltk  # loaded at its first use
+from transformer_jax.tasks.parsing import repair, treebank
+from transformer_jax.tasks.parsing.treebank import nltk  # loaded at its first use
 
 PUNCTUATION_TAGS = frozenset({"``", "''", ".", ":", ","})  # COLLINS.prm DELETE_LABEL (words)
 UNSCORED_LABELS = frozenset({"TOP", "ROOT", "", "-NONE-"})  # DELETE_LABEL (brackets)
@@ -82,7 +82,7 @@ def _stacks(brackets_: collections.Counter) -> collections.Counter:
 
 
 def _label(label: str) -> str:
-  cut = label if label.startswith("-") else trees.strip_label(label)
+  cut = label if label.startswith("-") else treebank.strip_label(label)
   return EQUIVALENT_LABELS.get(cut, cut)
 
 
@@ -100,7 +100,7 @@ def brackets(tree: nltk.Tree, deleted: Sequence[bool]) -> collections.Counter:
     for kid in node:
       end = walk(kid, end)
     label = _label(node.label())
-    if (node is not tree and not trees.is_preterminal(node) and label not in UNSCORED_LABELS
+    if (node is not tree and not treebank.is_preterminal(node) and label not in UNSCORED_LABELS
         and kept_before[start] < kept_before[end]):
       out[(label, kept_before[start], kept_before[end])] += 1
     return end
@@ -162,7 +162,7 @@ def evaluate_parses(sources: Sequence[str], skeletons: Sequence[str],
   """(report, output tree texts) for decoded linearizations of `sources` against the gold tree
   texts `references`: the scores, `repaired` (outputs that needed the repair rule) and
   `sentences`."""
-  parsed = [trees.delinearize(s, w, leaves) for s, w in zip(skeletons, sources)]
+  parsed = [repair.delinearize(s, w, leaves) for s, w in zip(skeletons, sources)]
   report = score_trees([nltk.Tree.fromstring(r) for r in references], [p.tree for p in parsed])
   report.update(repaired=sum(p.repaired for p in parsed), sentences=len(parsed))
   return report, [p.text for p in parsed]

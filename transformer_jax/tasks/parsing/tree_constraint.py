@@ -1,30 +1,27 @@
 """Constrained beam search for parsing (`decode.parse_constraint`): every output is a tree.
 
-The paper decodes a parser's linearized trees freely (§6.3) and says nothing of outputs that
-are not trees; ours are repaired after decoding (data/trees.py, `Parsed.repaired`). With
-`decode.parse_constraint=True` (a deviation, off by default) the search itself can only emit
-well-formed linearizations of the source sentence, so nothing needs repair:
+The paper decodes a parser's linearized trees freely (§6.3); ours are repaired after decoding
+(repair.py). With `decode.parse_constraint=True` (a deviation, off by default) the search itself
+can only emit well-formed linearizations of the source sentence, so nothing needs repair:
 
-- a target is whitespace-separated tokens, `(LABEL`, `)LABEL` and leaves (data/trees.py); each
+- a target is whitespace-separated tokens, `(LABEL`, `)LABEL` and leaves (treebank.py); each
   token is one or more vocabulary pieces, the first beginning with '▁' (SentencePiece starts
   every whitespace-separated token so) and the rest not;
 - the leaves are the source's own pieces in order (`data.parse_leaves='words'`: a word is the
   same pieces in the source and in the target, both segmented by one vocabulary), or the pieces
   of `XX` once per source word (`'xx'`);
-- brackets only of the treebank's labels (data/trees.py's PHRASE_LABELS), spelled piece by
-  piece through a trie; an opening bracket only while leaves remain, at most
+- brackets only of the treebank's labels (treebank.PHRASE_LABELS), spelled piece by piece
+  through a trie; an opening bracket only while leaves remain, at most
   `decode.parse_max_opens_in_a_row` between two leaves and at most MAX_DEPTH phrases open; a
   leaf only inside a phrase; a closing bracket only inside a phrase that has something in it
   (not right after an opening one) and not one that would end a unary chain (phrases each
   holding just the next, all over one span) longer than `decode.parse_max_unary_chain` (both
-  limits: what the training trees need, data/trees.py's search_limits, which training checks);
+  limits: what the training trees need, :func:`search_limits`, which training checks);
   EOS only when every leaf is written and every phrase closed;
 - and only while the open phrases can still all close within the chain limit with the words
   left: after the last word closing is the only way on, so a run of phrases each opened first in
   its parent needs a word written into it every `parse_max_unary_chain` phrases
-  (`_words_needed`). Without this look-ahead the limit held only while words remained, and a
-  model that had lost its place stacked its chains at the sentence's end
-  (experiments/results/wsj_sample.md);
+  (`_words_needed`), or the limit would hold only while words remain;
 - and only while the output can still be finished within its length limit (beam_search.py):
   each remaining leaf piece, each open phrase's closing bracket, and (outside any phrase) one
   more phrase must fit before the final EOS.
@@ -32,11 +29,8 @@ well-formed linearizations of the source sentence, so nothing needs repair:
 A piece that breaks the rule is removed without renormalizing: the allowed pieces keep the
 model's own log-probabilities, so a hypothesis the model finds unlikely (one forced past the
 EOS the model wanted) scores as unlikely, and the beam prefers the trees the model prefers.
-(Renormalized, or with any label and any number of opening brackets, a model that had lost its
-place filled the length limit with phrase chains and label fragments:
-experiments/results/wsj_parsing_pilot_reading.md.) The removed mass is handed to the padding id,
-which the search never emits (beam_search.py). The automaton's state lives in the decoder cache
-under `per_beam` and follows its beam.
+The removed mass is handed to the padding id, which the search never emits (beam_search.py).
+The automaton's state lives in the decoder cache under `per_beam` and follows its beam.
 """
 
 from __future__ import annotations
@@ -50,12 +44,13 @@ import jax.numpy as jnp
 from transformer_jax.decoding.beam_search import NEG_INF, StepFn
 from transformer_jax.runtime.exceptions import ConfigError
 from transformer_jax.runtime.special_ids import EOS_ID, PAD_ID
+from transformer_jax.tasks.parsing import treebank
 
 WORD_START = "▁"  # SentencePiece's whitespace marker
 
 
-MAX_DEPTH = 64          # the most phrases open at once (the sample's trees: <= 29), each one's
-                        # position among its parent's children tracked
+MAX_DEPTH = 64          # the most phrases open at once, each one's position among its parent's
+                        # children tracked
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,11 +74,19 @@ class TreeConstraint:
   max_opens_in_a_row: int       # opening brackets between two leaves
   max_unary_chain: int          # phrases in a unary chain (over one span)
 
+  def constrain(self, step_fn: StepFn, inputs_NxS, limit_N) -> StepFn:
+    """The search's step with this constraint (decode.beam_decode calls it)."""
+    return constrained_step_fn(self, step_fn, inputs_NxS, limit_N)
+
+  def initial_cache(self, model_cache, rows: int):
+    """The search's first cache: the model's and the automaton's start state of each row."""
+    return initial_cache(model_cache, rows)
+
 
 def from_tokenizer(tokenizer, labels, placeholder: str = "", *, max_opens_in_a_row: int,
                    max_unary_chain: int) -> TreeConstraint:
   """The constraint for a parser's vocabulary (data/tokenizer.py) and phrase `labels`
-  (data/trees.py's): leaves are the source's words, or `placeholder` (XX) once per word; the
+  (treebank.PHRASE_LABELS): leaves are the source's words, or `placeholder` (XX) once per word; the
   limits on a tree's shape as config `decode.parse_max_opens_in_a_row` and `..._unary_chain`."""
   pieces = [tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)]
   starts = tuple(i for i, p in enumerate(pieces) if p.startswith(WORD_START)
@@ -303,3 +306,44 @@ def _without(logits_NxV, ok_NxV):
 
 def initial_cache(model_cache, rows: int):
   return model_cache, {"per_beam": init_state(rows)}
+
+
+# ----------------------------------------------------------------------------- the limits trees need
+
+
+def search_limits(linearized: str) -> tuple[int, int]:
+  """What the constrained search must allow to write this linearization:
+  (the most opening brackets between two leaves, the longest unary chain: phrases each holding
+  just the next, the last holding anything else). Counted as the search counts them, token by
+  token."""
+  tokens = linearized.split()
+  opens = most_opens = longest = unary_below = 0
+  first_child, just_opened = [], False  # per open phrase: its parent's first child
+  for t in tokens:
+    if t.startswith("("):
+      first_child.append(just_opened)
+      opens, unary_below = opens + 1, 0
+      most_opens = max(most_opens, opens)
+    elif t.startswith(")"):
+      longest = max(longest, unary_below + 1)
+      unary_below = unary_below + 1 if first_child.pop() else 0
+    else:
+      opens, unary_below = 0, 0
+    just_opened = t.startswith("(")
+  return most_opens, longest
+
+
+def search_limit_warnings(examples: list[treebank.Example], decode) -> list[str]:
+  """Training trees against the constrained search's limits on a tree's shape (config
+  `decode.parse_max_*`): a line for each limit that some trees exceed (with
+  `decode.parse_constraint` the search could not write them), naming the value they need."""
+  needed = [search_limits(e.linearized) for e in examples]
+  out = []
+  for i, key in enumerate(("parse_max_opens_in_a_row", "parse_max_unary_chain")):
+    over = [(n[i], e) for n, e in zip(needed, examples) if n[i] > decode[key]]
+    if over:
+      most, e = max(over, key=lambda x: x[0])
+      out.append(f"{len(over)} of {len(examples)} training trees exceed decode.{key}="
+                 f"{decode[key]} (the constrained search could not write them; the most, {most}, "
+                 f"at {e.path} line {e.line}): decode with --config.decode.{key}={most}")
+  return out

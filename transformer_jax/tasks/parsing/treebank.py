@@ -1,41 +1,20 @@
-"""Constituency trees as a translation task (paper §6.3): `.mrg` files in, linearized trees out.
+"""The treebank side of parsing (paper §6.3): `.mrg` files in, linearized trees out.
 
 Reading: Penn Treebank `.mrg` files (the "combined" format: every word under its POS tag), one
-or more bracketed trees per file, each read with NLTK (`nltk.Tree.fromstring`) after a scan that
-finds where each tree starts, so that bad input is a one-line DataError naming the file and line
-(brackets that do not balance, text outside a tree, a word without a POS tag, an empty file).
+or more bracketed trees per file. A scan finds where each tree starts before NLTK reads it, so
+bad input is a one-line DataError naming the file and line.
 
-Preprocessing (:func:`preprocess`), the standard one for parser evaluation:
-- `-NONE-` empty elements (traces, null complementizers) are dropped, and so is every
-  constituent left without words by that;
-- phrase labels lose function tags and indices as EVALB's `modify_label` does (`NP-SBJ-1` ->
-  `NP`, `S-TPC=2` -> `S`, `PRT|ADVP` -> `PRT`); POS tags are kept as they are, so `-LRB-` and
-  `-RRB-` (they start with '-') stay whole;
-- the treebank's unlabeled root becomes `TOP`; the words are kept.
+Preprocessing (:func:`preprocess`), the standard one for parser evaluation: `-NONE-` empty
+elements are dropped (and constituents left without words); phrase labels lose function tags
+and indices as EVALB's `modify_label` does (`NP-SBJ-1` -> `NP`, `PRT|ADVP` -> `PRT`); POS tags
+stay whole (`-LRB-`); the unlabeled root becomes `TOP`.
 
-Linearization (:func:`linearize`, Vinyals et al. 2015, "Grammar as a Foreign Language"): the
-source is the words, the target the bracketing depth first, each phrase as `(LABEL ... )LABEL`,
-and every POS tag replaced by the placeholder `XX`:
-`(S (NP XX XX )NP (VP XX (NP XX XX )NP )VP XX )S`. POS tags are not kept because EVALB
-(COLLINS.prm) does not score POS brackets, so predicting them would lengthen every target by a
-third for no score; Vinyals et al. normalized them to XX for the same reason. With
-`data.parse_leaves='words'` (`leaves='words'` here) each XX is the word itself instead,
-`(S (NP The cat )NP (VP sat )VP . )S`: longer targets, but the decoder copies the word it is at
-from the source rather than counting placeholders, which a small model on little data learns
-sooner (experiments/wsj_parsing.py measures it). Either way leaf i of a decoded skeleton gets
-source word i (:func:`delinearize`), so the parser cannot change the sentence. Scoring (parseval.py) takes the gold tree's POS tags for the
-punctuation rule, as EVALB does with gold tags copied into an XX tree.
-
-Repair (:func:`delinearize`): every decoded output becomes a tree by one deterministic rule;
-`Parsed.repaired` says whether any step was needed:
-1. tokens are read left to right: `(L` opens a phrase L (a bare `(` opens `X`), `)...` closes the
-   innermost open phrase (its label is ignored; a `)` with none open is dropped), `XX` is a leaf
-   slot (with leaves='words': any other token is), anything else is dropped;
-2. phrases still open at the end are closed; phrases without a leaf slot are dropped;
-3. too many leaf slots: the last ones are dropped (and phrases left empty by that); too few: the
-   missing words are added as XX leaves at the end of the top phrase (of TOP itself when the
-   output has several top-level phrases, none, or only a leaf);
-4. leaf i gets source word i (`(` and `)` in a word are written `-LRB-` / `-RRB-`).
+Linearization (:func:`linearize`, Vinyals et al. 2015): the source is the words, the target the
+bracketing depth first, `(S (NP XX XX )NP (VP XX )VP XX )S`, every POS tag written as the
+placeholder `XX` (EVALB does not score POS brackets, so predicting them would only lengthen the
+targets). With `data.parse_leaves='words'` each XX is the word itself, so the decoder copies the
+word it is at instead of counting placeholders. Either way the source words go back into the
+decoded skeleton's leaves (repair.py), so a parser cannot change its sentence.
 """
 
 from __future__ import annotations
@@ -48,7 +27,18 @@ import importlib.util
 import os
 import sys
 
-from transformer_jax.runtime.exceptions import DataError
+from transformer_jax.runtime.exceptions import ConfigError, DataError
+
+
+class _Missing:
+  """Stands in for a package that is not installed: its first use is a one-line ConfigError."""
+
+  def __init__(self, name: str):
+    self._name = name
+
+  def __getattr__(self, attr):
+    raise ConfigError(f"the {self._name} package is not installed (pip install {self._name}); "
+                      "parsing reads and writes trees with it")
 
 
 def _lazy_import(name: str):
@@ -57,6 +47,8 @@ def _lazy_import(name: str):
   if name in sys.modules:
     return sys.modules[name]
   spec = importlib.util.find_spec(name)
+  if spec is None:  # not installed: a translation run never notices; a parser's first use says so
+    return _Missing(name)
   spec.loader = importlib.util.LazyLoader(spec.loader)
   module = importlib.util.module_from_spec(spec)
   sys.modules[name] = module
@@ -64,15 +56,15 @@ def _lazy_import(name: str):
   return module
 
 
-# NLTK's package __init__ imports the whole toolkit, scipy.stats included: ~1.7 s at every start
-# of the CLI, which needs NLTK only for trees. So it loads at the first use of nltk.Tree, and
-# parseval and evaluate take this one from here.
+# NLTK's package __init__ imports the whole toolkit (scipy.stats included), which a CLI start
+# that never reads a tree should not pay for: it loads at the first use of nltk.Tree, and the
+# other parsing modules take this one from here.
 nltk = _lazy_import("nltk")
 
 VERSION = 1             # of the preprocessing and linearization: part of the token caches' key
 POS_PLACEHOLDER = "XX"
-# The Penn Treebank's phrase labels once function tags are stripped (Bies et al. 1995; the
-# sample's trees use all 26): what a constrained parser may write (tree_constraint.py).
+# The Penn Treebank's phrase labels once function tags are stripped (Bies et al. 1995): what a
+# constrained parser may write (tree_constraint.py).
 PHRASE_LABELS = ("ADJP", "ADVP", "CONJP", "FRAG", "INTJ", "LST", "NAC", "NP", "NX", "PP", "PRN",
                  "PRT", "QP", "RRC", "S", "SBAR", "SBARQ", "SINV", "SQ", "UCP", "VP", "WHADJP",
                  "WHADVP", "WHNP", "WHPP", "X")
@@ -80,7 +72,7 @@ LEAVES = ("xx", "words")  # what a linearization writes for a word (config data.
 ROOT = "TOP"
 ROOT_LABELS = ("", "ROOT", "TOP")  # the treebank's unlabeled outer bracket, or an explicit root
 EMPTY_ELEMENT = "-NONE-"
-_ESCAPES = {"(": "-LRB-", ")": "-RRB-"}
+ESCAPES = {"(": "-LRB-", ")": "-RRB-"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,16 +85,6 @@ class Example:
   tree: str
   path: str
   line: int
-
-
-@dataclasses.dataclass(frozen=True)
-class Parsed:
-  tree: nltk.Tree
-  repaired: bool
-
-  @property
-  def text(self) -> str:
-    return tree_text(self.tree)
 
 
 def tree_text(tree: nltk.Tree) -> str:
@@ -241,44 +223,6 @@ def split_records(folder: str, spec: str, what: str) -> Records:
   return Records(examples, key)
 
 
-def search_limits(linearized: str) -> tuple[int, int]:
-  """What the constrained search (tree_constraint.py) must allow to write this linearization:
-  (the most opening brackets between two leaves, the longest unary chain: phrases each holding
-  just the next, the last holding anything else). Counted as the search counts them, token by
-  token."""
-  tokens = linearized.split()
-  opens = most_opens = longest = unary_below = 0
-  first_child, just_opened = [], False  # per open phrase: its parent's first child
-  for t in tokens:
-    if t.startswith("("):
-      first_child.append(just_opened)
-      opens, unary_below = opens + 1, 0
-      most_opens = max(most_opens, opens)
-    elif t.startswith(")"):
-      longest = max(longest, unary_below + 1)
-      unary_below = unary_below + 1 if first_child.pop() else 0
-    else:
-      opens, unary_below = 0, 0
-    just_opened = t.startswith("(")
-  return most_opens, longest
-
-
-def search_limit_warnings(examples: list[Example], decode) -> list[str]:
-  """Training trees against the constrained search's limits on a tree's shape (config
-  `decode.parse_max_*`, tree_constraint.py): a line for each limit that some trees exceed (with
-  `decode.parse_constraint` the search could not write them), naming the value they need."""
-  needed = [search_limits(e.linearized) for e in examples]
-  out = []
-  for i, key in enumerate(("parse_max_opens_in_a_row", "parse_max_unary_chain")):
-    over = [(n[i], e) for n, e in zip(needed, examples) if n[i] > decode[key]]
-    if over:
-      most, e = max(over, key=lambda x: x[0])
-      out.append(f"{len(over)} of {len(examples)} training trees exceed decode.{key}="
-                 f"{decode[key]} (the constrained search could not write them; the most, {most}, "
-                 f"at {e.path} line {e.line}): decode with --config.decode.{key}={most}")
-  return out
-
-
 # ----------------------------------------------------------------------------- preprocessing
 
 
@@ -311,7 +255,7 @@ def preprocess(raw: nltk.Tree) -> nltk.Tree:
   return nltk.Tree(ROOT, [k for k in (_clean(t) for t in tops) if k is not None])
 
 
-# ----------------------------------------------------------------------------- (de)linearization
+# ----------------------------------------------------------------------------- linearization
 
 
 def linearize(tree: nltk.Tree, leaves: str = "xx") -> str:
@@ -334,70 +278,18 @@ def linearize(tree: nltk.Tree, leaves: str = "xx") -> str:
 
 def _word_token(word: str) -> str:
   """A word as a target token: never read as a bracket (PTB words are escaped already)."""
-  return "".join(_ESCAPES.get(ch, ch) for ch in word) if word[:1] in "()" else word
+  return "".join(ESCAPES.get(ch, ch) for ch in word) if word[:1] in "()" else word
 
 
-def _prune(node: nltk.Tree) -> bool:
-  """Drops phrases without leaf slots below `node`; True when something was dropped."""
-  dropped = False
-  for i in reversed(range(len(node))):
-    kid = node[i]
-    if is_preterminal(kid):
-      continue
-    dropped |= _prune(kid)
-    if len(kid) == 0:
-      del node[i]
-      dropped = True
-  return dropped
-
-
-def _slots(node: nltk.Tree) -> list[tuple[nltk.Tree, int]]:
-  """(parent, index) of each leaf slot, left to right."""
+def read_tree_texts(texts, what: str) -> list[nltk.Tree]:
+  """Bracketed tree texts (one tree each: outputs of a parser) -> trees; one that does not read
+  is a one-line ConfigError naming `what` and its line."""
   out = []
-  for i, kid in enumerate(node):
-    if is_preterminal(kid):
-      out.append((node, i))
-    else:
-      out.extend(_slots(kid))
+  for i, text in enumerate(texts):
+    try:
+      out.append(nltk.Tree.fromstring(text))
+    except ValueError as e:
+      reason = str(e).strip().splitlines()[0]
+      raise ConfigError(f"{what}: line {i + 1} is not a bracketed tree ({reason}): {text[:60]!r}"
+                        ) from None
   return out
-
-
-def delinearize(skeleton: str, words: list[str] | str, leaves: str = "xx") -> Parsed:
-  """The tree of a decoded linearization with source word i at leaf i, repaired when needed
-  (the rule in the module docstring); `leaves`: what the linearization writes for a word."""
-  if isinstance(words, str):
-    words = words.split()
-  root, repaired = nltk.Tree(ROOT, []), False
-  stack = [root]
-  for tok in skeleton.split():
-    if tok.startswith("("):
-      label = tok[1:].replace("(", "").replace(")", "")
-      repaired |= label != tok[1:] or not label
-      node = nltk.Tree(label or "X", [])
-      stack[-1].append(node)
-      stack.append(node)
-    elif tok.startswith(")"):
-      if len(stack) > 1:
-        stack.pop()
-      else:
-        repaired = True
-    elif tok == POS_PLACEHOLDER or leaves == "words":
-      stack[-1].append(nltk.Tree(POS_PLACEHOLDER, [""]))
-    else:
-      repaired = True
-  repaired |= len(stack) > 1
-  repaired |= _prune(root)
-  slots = _slots(root)
-  if len(slots) > len(words):
-    repaired = True
-    for parent, i in reversed(slots[len(words):]):
-      del parent[i]
-    _prune(root)
-  elif len(slots) < len(words):
-    repaired = True
-    target = root[0] if len(root) == 1 and not is_preterminal(root[0]) else root
-    for _ in range(len(words) - len(slots)):
-      target.append(nltk.Tree(POS_PLACEHOLDER, [""]))
-  for (parent, i), word in zip(_slots(root), words):
-    parent[i][0] = "".join(_ESCAPES.get(ch, ch) for ch in word)
-  return Parsed(root, repaired)

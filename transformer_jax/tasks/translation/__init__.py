@@ -1,0 +1,1 @@
+"""Translation (the paper's task): parallel text in, BLEU, chrF and TER out."""
