@@ -17,7 +17,12 @@ the report. What it measures, in one process on the default jax device:
 `python -m benchmarks.flax_wmt` (flax_wmt.py) and `python -m benchmarks.flax_wmt_decode` time the
 flax WMT example's train step and beam-search decoding beside ours (their code: flax_example.py);
 `python -m benchmarks.accelerator` checks a GPU/TPU host; `python -m benchmarks.parallel_runs`
-times sweep runs side by side. Timing on a shared machine means something only when it is
-idle: the other processes' CPU share before and after is recorded (report.py), and the report
-says when it was not idle.
+times sweep runs side by side.
+
+Every result records its command and the settings it resolved to (settings.py:
+`settings.resolve(command)` recomputes them at HEAD without running anything, which is how
+`experiments` checks that a committed result still regenerates) and is written whole through
+`transformer_jax.runtime.results` (report.py). Timing on a shared machine means something only
+when it is idle: the other processes' CPU share before and after is recorded (report.py), and
+the report says when it was not idle.
 """

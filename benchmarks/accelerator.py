@@ -1,4 +1,4 @@
-"""Accelerator acceptance: does this GPU/TPU host run the preset as it should? (~5 minutes)
+"""Accelerator acceptance: does this GPU/TPU host run the preset as it should?
 
   python -m benchmarks.accelerator --config=configs/gpu.py:base,h100
   python -m benchmarks.accelerator --config=configs/tpu.py:base,v5e
@@ -6,8 +6,10 @@
 On one host, with every local device in the preset's mesh, it checks and prints:
 1. the devices and backend JAX sees;
 2. the preset's train step (bf16 in the GPU/TPU presets) compiling on a synthetic batch of the
-   preset's token budget: compile time, step time, target tokens/s and MFU against the preset's
-   `train.peak_flops` per device (measured with a jnp.dot when the preset gives none);
+   preset's token budget (bucketed rows padded as real ones are: train_step.synthetic_batch):
+   compile time, step time, target tokens/s and MFU against a matrix product in the model's
+   dtype measured in the same run (`matmul_peak`), with the MFU against the preset's data-sheet
+   `train.peak_flops` beside it;
 3. which attention implementation ran, with the reason when cuDNN was asked for but not used
    (`attention.choices()`); on a GPU it also times the other layout (bucketed rows with cuDNN
    attention against packed rows with XLA attention), so the preset's choice can be checked here;
@@ -26,33 +28,63 @@ import shlex
 import sys
 import time
 
+import flax.linen as nn
 import jax
+import jax.numpy as jnp
 import numpy as np
+import optax
 from absl import flags, logging
 
 from transformer_jax.model import attention, sharding
+from transformer_jax.model.transformer import Transformer
 from transformer_jax.runtime import cli
-from transformer_jax.training import metrics, step
 from transformer_jax.runtime.config import ModelConfig, validate
 from transformer_jax.runtime.exceptions import ConfigError
 from transformer_jax.runtime.overrides import load
+from transformer_jax.runtime.special_ids import PAD_ID
+from transformer_jax.training import metrics, step
+from transformer_jax.training.label_smoothing import cross_entropy_sums
 
-from benchmarks import report, train_step
+from benchmarks import settings as settings_lib, train_step
 
-FLAGS = flags.FLAGS
+def define_flags(values: flags.FlagValues) -> None:
+  """The command's flags, in `values` (flags.FLAGS when it runs; a fresh set to resolve a
+  recorded command). Defined only then: tests import this module's functions."""
+  def define(kind, name, default, help_text, **kwargs):
+    getattr(flags, f"DEFINE_{kind}")(name, default, help_text, flag_values=values, **kwargs)
+  define("string", "config", "configs/gpu.py:base", "the preset CONFIG_FILE[:ARG]")
+  define("string", "memory_config", "", "preset whose memory headroom is checked (default: "
+         "--config with its first argument replaced by 'big'; 'none' to skip)")
+  define("integer", "steps", 10, "timed train steps", lower_bound=1)
+  define("integer", "warmup", 2, "untimed steps after compiling", lower_bound=0)
+  define("integer", "length", 0, "row length of the synthetic batch (default: the preset's "
+         "data.max_target_len)", lower_bound=0)
+  define("string", "out", "experiments/results/accelerator",
+         "writes OUT.json and OUT.md ('' to write nothing)")
 
 
-def define_flags():
-  """The command's flags (defined only when it runs: tests import this module's functions)."""
-  flags.DEFINE_string("config", "configs/gpu.py:base", "the preset CONFIG_FILE[:ARG]")
-  flags.DEFINE_string("memory_config", "", "preset whose memory headroom is checked (default: "
-                      "--config with its first argument replaced by 'big'; 'none' to skip)")
-  flags.DEFINE_integer("steps", 10, "timed train steps", lower_bound=1)
-  flags.DEFINE_integer("warmup", 2, "untimed steps after compiling", lower_bound=0)
-  flags.DEFINE_integer("length", 0, "row length of the synthetic batch (default: the preset's "
-                       "data.max_target_len)", lower_bound=0)
-  flags.DEFINE_string("out", "experiments/results/accelerator",
-                      "writes OUT.json and OUT.md ('' to write nothing)")
+def configs(values: flags.FlagValues, override_args):
+  """(the preset's config, the memory check's spec and config, None for 'none'), overridden and
+  validated."""
+  config = load(values.config, override_args)
+  memory_spec = values.memory_config or big_spec(values.config)
+  memory_config = None if memory_spec == "none" else load(memory_spec, override_args)
+  return config, memory_spec, memory_config
+
+
+def _settings(values: flags.FlagValues, config, memory_spec: str, memory_config) -> dict:
+  own = {k: values[k].value for k in ("config", "steps", "warmup", "length")}
+  own["memory_config"] = memory_spec
+  out = {**settings_lib.benchmark_settings(own), **settings_lib.config_settings("preset", config)}
+  if memory_config is not None:
+    out.update(settings_lib.config_settings("memory", memory_config))
+  return settings_lib.normalized(out)
+
+
+def settings(values: flags.FlagValues, override_args) -> dict:
+  """What a run with these flags and overrides checks (benchmarks/settings.py); the attention
+  and layout pairing timed beside it on a GPU follows from the preset."""
+  return _settings(values, *configs(values, override_args))
 
 
 def big_spec(spec: str) -> str:
@@ -68,18 +100,97 @@ def batch_shape(config, devices: int, length: int = 0) -> tuple[int, int]:
   return rows, length
 
 
-def time_step(config, description: str, length: int, steps: int, warmup: int) -> dict:
-  """Compiles and times the preset's train step; the benchmark's entry plus the attention lines."""
+def matmul_peak(dtype="bfloat16", n: int = 0, repeats: int = 10) -> dict:
+  """FLOP/s of an n x n x n matrix product on the default device, float32 accumulation as the
+  model's products: the ceiling MFU is measured against. Random operands (zeros or constants can
+  run faster than real data), two sets used in turn, compile and a warm-up excluded, the median
+  of `repeats` timed products; n defaults to 8192 on an accelerator and 1024 on a CPU."""
+  n = n or (1024 if jax.default_backend() == "cpu" else 8192)
+  keys = jax.random.split(jax.random.key(0), 4)
+  operands = [jax.random.normal(k, (n, n), jnp.float32).astype(dtype) for k in keys]
+  f = jax.jit(lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32))
+  for i in range(3):
+    f(operands[2 * (i % 2)], operands[2 * (i % 2) + 1]).block_until_ready()
+  samples = []
+  for i in range(repeats):
+    a, b = operands[2 * (i % 2)], operands[2 * (i % 2) + 1]
+    t = time.perf_counter()
+    f(a, b).block_until_ready()
+    samples.append(time.perf_counter() - t)
+  median = float(np.median(samples))
+  return {"flops_per_s": 2.0 * n**3 / median, "n": n, "dtype": str(np.dtype(dtype)),
+          "median_s": median, "repeats": repeats}
+
+
+def time_step(config, description: str, length: int, steps: int, warmup: int,
+              peak: float | None = None) -> dict:
+  """Compiles and times the preset's train step; the benchmark's entry plus the attention lines.
+  MFU is against `peak` (default: matmul_peak in the model's dtype, measured now), and
+  `mfu_datasheet` against the preset's `train.peak_flops` (a data sheet's figure) when it has one."""
   devices = jax.device_count()
   rows, length = batch_shape(config, devices, length)
   stepper = train_step.Stepper(description, rows, length, config=config, description=description)
   (samples,) = train_step.time_interleaved([stepper], steps, warmup)
-  peak = config.train.peak_flops or metrics.measure_peak_flops(
-      np.dtype(stepper.model_cfg.dtype))
+  peak = peak or matmul_peak(stepper.model_cfg.dtype)["flops_per_s"]
   entry = stepper.entry(samples, warmup, peak)
   stepper.close()
+  datasheet = config.train.peak_flops or None
   entry["peak_flops_per_device"] = peak
+  entry["datasheet_peak_flops_per_device"] = datasheet
+  entry["mfu_datasheet"] = (metrics.mfu(entry["model_flops_per_s"], datasheet, entry["devices"])
+                            if datasheet else None)
   return entry
+
+
+def attention_agreement(config, rows: int, length: int, impls=("cudnn", "einsum"),
+                        seed: int = 0) -> dict:
+  """Loss and gradients of one set of parameters on one bucketed, padded batch
+  (train_step.synthetic_batch: rows of varied lengths and an empty filler row) under each
+  attention implementation, without dropout; per implementation the loss per target token, the
+  gradient norm, whether both are finite and the attention that ran, and the relative
+  differences of the later ones from the first. A NaN in a padding position (an empty row's
+  softmax over no keys) shows as a non-finite gradient even where the loss ignores that row.
+  Where cuDNN is not available, 'cudnn' runs the same call through XLA (attention.py)."""
+  base = config.copy_and_resolve_references()
+  base.data.batch_mode = "bucket"
+  base.model.dropout_rate = base.model.attention_dropout_rate = 0.0
+  batch = {k: jnp.asarray(v) for k, v in train_step.synthetic_batch(base, rows, length, seed).items()}
+  init = base.copy_and_resolve_references()
+  init.model.attention_impl = impls[-1]  # the parameters do not depend on it; its log line does
+  params = nn.meta.unbox(step.init_state(init, jax.random.key(seed)).params)
+  weights = (batch["targets"] != PAD_ID).astype(jnp.float32)
+  out = {"batch": f"{rows}x{length}", "empty_rows": int((weights.sum(-1) == 0).sum()),
+         "target_tokens": int(weights.sum()), "dtype": base.model.dtype, "impls": {}}
+  grads = {}
+  for impl in impls:
+    cfg = base.copy_and_resolve_references()
+    cfg.model.attention_impl = impl
+    model = Transformer(ModelConfig.from_config(cfg.model))
+
+    def loss_fn(p, model=model):
+      logits = model.apply({"params": p}, inputs_BxS=batch["inputs"], targets_BxT=batch["targets"],
+                           deterministic=True)
+      loss_sum, _, tokens = cross_entropy_sums(logits, batch["targets"], weights,
+                                               cfg.train.label_smoothing)
+      return loss_sum / jnp.maximum(tokens, 1.0)
+    logged = len(attention.choices())
+    loss, g = jax.jit(jax.value_and_grad(loss_fn))(params)
+    grads[impl] = g
+    finite = bool(jnp.isfinite(loss)) and all(bool(jnp.all(jnp.isfinite(x)))
+                                              for x in jax.tree.leaves(g))
+    out["impls"][impl] = {"loss": float(loss), "grad_norm": float(optax.tree.norm(g)),
+                          "finite": finite, "attention": attention.choices()[logged:] or [
+                              line for line in attention.choices() if impl in line][:1]}
+  first = impls[0]
+  ref = out["impls"][first]
+  for impl in impls[1:]:
+    e = out["impls"][impl]
+    diff = jax.tree.map(lambda a, b: a.astype(jnp.float32) - b.astype(jnp.float32),
+                        grads[impl], grads[first])
+    e["loss_rel_diff"] = abs(e["loss"] - ref["loss"]) / max(abs(ref["loss"]), 1e-30)
+    e["grad_norm_rel_diff"] = abs(e["grad_norm"] - ref["grad_norm"]) / max(ref["grad_norm"], 1e-30)
+    e["grad_rel_diff"] = float(optax.tree.norm(diff)) / max(ref["grad_norm"], 1e-30)
+  return out
 
 
 def memory_headroom(config) -> dict:
@@ -107,20 +218,24 @@ def memory_headroom(config) -> dict:
   return out
 
 
-def run(override_args) -> dict:
-  config = load(FLAGS.config, override_args)
-  memory_spec = FLAGS.memory_config or big_spec(FLAGS.config)
-  memory_config = None if memory_spec == "none" else load(memory_spec, override_args)
+def run(values: flags.FlagValues, override_args, command: str) -> dict:
+  """The checks of the module docstring; the JSON-able result."""
+  # Imported here: benchmarks/report.py imports the data pipeline, which the timing functions
+  # above (launch/accelerator_check.py's stages) do without.
+  from benchmarks import report  # pylint: disable=g-import-not-at-top
+  config, memory_spec, memory_config = configs(values, override_args)
   model_cfg = ModelConfig.from_config(config.model)
   attention.check_backend(model_cfg)  # cuDNN asked for on a CPU: one line, before any work
-  result = {**report.start(shlex.join(["python", "-m", "benchmarks.accelerator", *sys.argv[1:]])),
-            "config": FLAGS.config, "overrides": list(override_args),
+  result = {**report.start(command, _settings(values, config, memory_spec, memory_config)),
+            "config": values.config, "overrides": list(override_args),
             "devices": {"backend": jax.default_backend(), "count": jax.device_count(),
                         "kind": jax.devices()[0].device_kind,
                         "processes": jax.process_count()}}
   print(f"devices: {jax.device_count()} x {jax.devices()[0].device_kind} "
         f"({jax.default_backend()})", flush=True)
-  entries = [time_step(config, FLAGS.config, FLAGS.length, FLAGS.steps, FLAGS.warmup)]
+  result["matmul_peak"] = matmul_peak(model_cfg.dtype)
+  peak = result["matmul_peak"]["flops_per_s"]
+  entries = [time_step(config, values.config, values.length, values.steps, values.warmup, peak)]
   if jax.default_backend() == "gpu":  # the other attention/layout pairing, for comparison
     other = config.copy_and_resolve_references()
     if model_cfg.attention_impl == "cudnn":
@@ -128,9 +243,9 @@ def run(override_args) -> dict:
     else:
       other.model.attention_impl, other.data.batch_mode = "cudnn", "bucket"
     validate(other)
-    entries.append(time_step(other, f"{FLAGS.config} with attention_impl="
+    entries.append(time_step(other, f"{values.config} with attention_impl="
                              f"{other.model.attention_impl}, batch_mode={other.data.batch_mode}",
-                             FLAGS.length, FLAGS.steps, FLAGS.warmup))
+                             values.length, values.steps, values.warmup, peak))
   for e in entries:
     print(f"{e['config']}: {e['batch']['shape']}, compile {e['compile_s']:.1f} s, "
           f"{e['step_s']['median']:.3f} s/step, {e['target_tokens_per_s']:,.0f} target tok/s, "
@@ -142,12 +257,25 @@ def run(override_args) -> dict:
   return report.finish(result)
 
 
+def peak_text(r: dict) -> str:
+  """What MFU is measured against: the measured matrix-product peak, the data sheet's beside it."""
+  m, e = r.get("matmul_peak"), r["train"][0]
+  text = (f"a {m['dtype']} {m['n']}^3 matrix product measured in this run, "
+          f"{m['flops_per_s'] / 1e12:.1f} TFLOP/s per device" if m else
+          f"{e['peak_flops_per_device'] / 1e12:.1f} TFLOP/s per device")
+  sheet = e.get("datasheet_peak_flops_per_device")
+  if sheet:
+    text += (f" (against the data sheet's {sheet / 1e12:.0f} TFLOP/s: MFU " + ", ".join(
+        f"{x['mfu_datasheet']:.1%}" for x in r["train"] if x.get("mfu_datasheet")) + ")")
+  return text
+
+
 def markdown(r: dict) -> str:
+  from benchmarks import report  # pylint: disable=g-import-not-at-top
   d = r["devices"]
   lines = report.header("Accelerator acceptance", r) + [
       f"Devices: {d['count']} x {d['kind']} ({d['backend']}, {d['processes']} process(es)); "
-      "MFU against each entry's peak per device: " + ", ".join(
-          f"{e['peak_flops_per_device'] / 1e12:.1f} TFLOP/s" for e in r["train"]) + ".", "",
+      f"MFU against {peak_text(r)}.", "",
       "## Train step", "", *train_step.markdown(r["train"])]
   if r.get("memory"):
     m = r["memory"]
@@ -161,12 +289,14 @@ def markdown(r: dict) -> str:
 
 
 def main(argv):
+  from benchmarks import report  # pylint: disable=g-import-not-at-top
   if len(argv) > 1:
     raise ConfigError(f"unexpected arguments {' '.join(argv[1:])}")
-  result = run(cli.OVERRIDE_ARGS)
-  report.write(result, markdown(result), FLAGS.out)
+  command = shlex.join(["python", "-m", "benchmarks.accelerator", *sys.argv[1:]])
+  result = run(flags.FLAGS, cli.OVERRIDE_ARGS, command)
+  report.write(result, markdown(result), flags.FLAGS.out)
 
 
 if __name__ == "__main__":
-  define_flags()
+  define_flags(flags.FLAGS)
   cli.run(main, verbosity=logging.WARNING)

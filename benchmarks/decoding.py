@@ -3,10 +3,10 @@
 Random weights (no trained model is needed for speed): they almost never choose EOS, so every
 sentence runs to its length limit, source length + MAX_EXTRA_LEN, the worst case for decoding
 time; the sentences' content does not matter, only their lengths. Sentences/s and output tokens/s
-of `decode.beam_decode` on a seeded sample of random-id sentences whose lengths are ~ N(30, 12)
-(wmt-news sentences average 31 tokens in its 16000-piece BPE: experiments/results/
-bucket_vs_pack.md), sorted by length into batches whose width is rounded up to a multiple of 8;
-compile time is reported separately (one executable per width), and each batch's steps and
+of `decode.beam_decode` on a seeded sample of random-id sentences whose lengths are ~ N(30, 12),
+near those of news sentences in a 16000-piece BPE (the input-pipeline benchmark reports a
+corpus' mean lengths), sorted by length into batches whose width is rounded up to a multiple of
+8; compile time is reported separately (one executable per width), and each batch's steps and
 seconds per step.
 """
 
@@ -20,9 +20,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from transformer_jax.decoding import decode
+from transformer_jax.model.transformer import Transformer
 from transformer_jax.runtime.config import ModelConfig
 from transformer_jax.runtime.markdown import table
-from transformer_jax.model.transformer import Transformer
 from transformer_jax.runtime.special_ids import EOS_ID, PAD_ID
 
 from benchmarks import train_step

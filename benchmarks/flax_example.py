@@ -21,6 +21,7 @@ import importlib
 import importlib.util
 import os
 import statistics
+import subprocess
 import sys
 import types
 
@@ -29,14 +30,19 @@ import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
 
+from transformer_jax.model.positional import sinusoidal_table
 from transformer_jax.runtime.config import ModelConfig
 from transformer_jax.runtime.exceptions import ConfigError
-from transformer_jax.model.positional import sinusoidal_table
 from transformer_jax.runtime.special_ids import EOS_ID
 
 FLAX_EOS_ID = 2  # their decode.EOS_ID
-FLAX_WMT_DIR = flags.DEFINE_string("flax_wmt_dir", None,
-                                   "folder with flax's examples/wmt models.py, train.py, decode.py")
+
+
+def define_flags(values: flags.FlagValues) -> None:
+  """The flag both side-by-sides take: where flax's example is."""
+  flags.DEFINE_string("flax_wmt_dir", None,
+                      "folder with flax's examples/wmt models.py, train.py, decode.py",
+                      flag_values=values)
 
 
 def _module(name: str, **attributes) -> types.ModuleType:
@@ -80,13 +86,30 @@ def load_flax_wmt(folder: str, with_decode: bool = False):
       sys.modules.pop(name, None)  # their top-level names must not shadow anything later
 
 
-def check_command_line(argv) -> str:
+def checkout(folder: str) -> dict:
+  """Which of their code ran: the folder and its git commit (None outside a git checkout), since
+  their example changes between flax versions."""
+  try:
+    commit = subprocess.run(["git", "-C", folder, "rev-parse", "HEAD"], capture_output=True,
+                            text=True, timeout=30, check=True).stdout.strip() or None
+  except (OSError, subprocess.SubprocessError):
+    commit = None
+  return {"folder": folder, "commit": commit}
+
+
+def code_line(r: dict) -> str:
+  """The report line naming the flax code a side-by-side ran."""
+  code = r["flax_wmt_code"]
+  return f"Flax example: `{code['folder']}` at commit {code['commit'] or 'not recorded (no git)'}."
+
+
+def check_command_line(argv, values: flags.FlagValues) -> str:
   """--flax_wmt_dir, after the side-by-sides' one-line errors (stray arguments, no folder)."""
   if len(argv) > 1:
     raise ConfigError(f"unexpected arguments {' '.join(argv[1:])}")
-  if not FLAX_WMT_DIR.value:
+  if not values.flax_wmt_dir:
     raise ConfigError("--flax_wmt_dir is required (a checkout of flax's examples/wmt)")
-  return FLAX_WMT_DIR.value
+  return values.flax_wmt_dir
 
 
 def flax_config(models, cfg: ModelConfig, max_len: int, dropout: float = 0.0,

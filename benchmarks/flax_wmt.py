@@ -36,25 +36,48 @@ import numpy as np
 import optax
 
 from transformer_jax.runtime import cli, rng
-from transformer_jax.training import metrics
 from transformer_jax.runtime.config import ModelConfig
-from transformer_jax.runtime.overrides import parse_overrides
 from transformer_jax.runtime.markdown import table
+from transformer_jax.runtime.overrides import parse_overrides
 from transformer_jax.runtime.special_ids import PAD_ID
+from transformer_jax.training import metrics
 
-from benchmarks import flax_example, report, train_step
+from benchmarks import flax_example, report, settings as settings_lib, train_step
 
 FLAX_DROPOUT = {"model.attention_dropout_rate": 0.1, "model.relu_dropout_rate": 0.1}
 
-_SHAPES = flags.DEFINE_list("shapes", ["8x128", "32x128"], "batch shapes ROWSxLENGTH")
-_STEPS = flags.DEFINE_integer("steps", 5, "rounds of timed steps (one step of each side per round)",
-                              lower_bound=1)
-_WARMUP = flags.DEFINE_integer("warmup", 1, "untimed steps after compiling", lower_bound=0)
-_FLAX_UNROLLED = flags.DEFINE_bool(
-    "flax_unrolled_variant", True, "also time flax's step compiled with the unrolled threefry "
-    "lowering that ours registers (transformer_jax/runtime/rng.py), for reference")
-_OUT = flags.DEFINE_string("out", "experiments/results/bench_flax_wmt",
-                           "writes OUT.json and OUT.md ('' to write nothing)")
+
+
+def define_flags(values: flags.FlagValues) -> None:
+  """The command's flags, in `values` (flags.FLAGS when it runs; a fresh set to resolve a
+  recorded command)."""
+  flax_example.define_flags(values)
+  flags.DEFINE_list("shapes", ["8x128", "32x128"], "batch shapes ROWSxLENGTH", flag_values=values)
+  flags.DEFINE_integer("steps", 5, "rounds of timed steps (one step of each side per round)",
+                       lower_bound=1, flag_values=values)
+  flags.DEFINE_integer("warmup", 1, "untimed steps after compiling", lower_bound=0,
+                       flag_values=values)
+  flags.DEFINE_bool("flax_unrolled_variant", True, "also time flax's step compiled with the "
+                    "unrolled threefry lowering that ours registers (transformer_jax/runtime/"
+                    "rng.py), for reference", flag_values=values)
+  flags.DEFINE_string("out", "experiments/results/bench_flax_wmt",
+                      "writes OUT.json and OUT.md ('' to write nothing)", flag_values=values)
+
+
+def our_overrides(override_args) -> dict:
+  """Our side's overrides: flax's dropout first, then the command's --config.KEY=VALUE."""
+  return dict(FLAX_DROPOUT, **parse_overrides(override_args))
+
+
+def settings(values: flags.FlagValues, override_args) -> dict:
+  """What a run with these flags and overrides measures (benchmarks/settings.py): the flags and
+  our side's config (theirs is their code at --flax_wmt_dir, given our shapes)."""
+  config = train_step.train_config("base", our_overrides(override_args))[0]
+  for shape in values.shapes:
+    train_step.parse_shape(shape)
+  own = {k: values[k].value for k in ("shapes", "steps", "warmup", "flax_unrolled_variant")}
+  return settings_lib.normalized({**settings_lib.benchmark_settings(own),
+                                  **settings_lib.config_settings("train:base", config)})
 
 
 class FlaxStepper:
@@ -101,15 +124,15 @@ class FlaxStepper:
 
 
 def run(folder: str, shapes, steps: int, warmup: int, overrides: dict, flax_unrolled: bool,
-        command: str) -> dict:
-  """Both steps at each shape; the JSON-able result."""
+        command: str, recorded_settings: dict) -> dict:
+  """Both steps at each shape; the JSON-able result, headed by `command` and `recorded_settings`."""
   config = train_step.train_config("base", overrides)[0]  # mistakes: before timing
   cfg = ModelConfig.from_config(config.model)
   parsed = [train_step.parse_shape(shape) for shape in shapes]
   for _, length in parsed:
     train_step.check_fits(config, length)
   models, train = flax_example.load_flax_wmt(folder)
-  result = report.start(command)
+  result = report.start(command, recorded_settings)
   peak = metrics.measure_peak_flops(np.dtype("float32"))
   print(f"peak (float32 2048^2 jnp.dot): {peak / 1e9:.1f} GFLOP/s", flush=True)
   entries = []
@@ -135,9 +158,10 @@ def run(folder: str, shapes, steps: int, warmup: int, overrides: dict, flax_unro
             f"MFU {x['mfu']:.1%}", flush=True)
     entries.append({"shape": shape, "model_flops_per_step": flops, "flax_wmt": flax_entries[0],
                     "flax_wmt_unrolled_threefry": (flax_entries + [None])[1],
-                    "transformer_jax": [e]})  # a list: results before #52 held variants
-  result.update(peak_flops_per_s=peak, ours_overrides=dict(overrides), interleaved=True,
-                warmup_steps=warmup, entries=entries)
+                    "transformer_jax": e})
+  result.update(flax_wmt_code=flax_example.checkout(folder), peak_flops_per_s=peak,
+                ours_overrides=dict(overrides), interleaved=True, warmup_steps=warmup,
+                entries=entries)
   return report.finish(result)
 
 
@@ -146,18 +170,19 @@ def markdown(r: dict) -> str:
     return f"{e['step_s']['median']:.3f}; {e['step_s']['min']:.3f}"
   rows, notes = [], []
   for e in r["entries"]:
-    f, o, u = e["flax_wmt"], e["transformer_jax"][0], e["flax_wmt_unrolled_threefry"]
+    f, o, u = e["flax_wmt"], e["transformer_jax"], e["flax_wmt_unrolled_threefry"]
     rows.append([e["shape"], s_per_step(f), round(f["target_tokens_per_s"]), f"{f['mfu']:.1%}",
                  o["dropout_rng_impl"], s_per_step(o), round(o["target_tokens_per_s"]),
                  f"{o['mfu']:.1%}", *flax_example.speedup_cells(o)])
     if u:
       notes += [f"{e['shape']}, for reference: flax's step compiled with the unrolled threefry "
-                "lowering that our step registers (`transformer_jax/runtime/rng.py`; theirs as shipped "
-                f"uses jax's rolled CPU loops): {u['step_s']['median']:.3f} s/step, "
+                "lowering that our step registers (`transformer_jax/runtime/rng.py`; theirs as "
+                f"shipped uses jax's rolled CPU loops): {u['step_s']['median']:.3f} s/step, "
                 f"{u['target_tokens_per_s']:.0f} tok/s, MFU {u['mfu']:.1%}; ours is "
                 f"{o['target_tokens_per_s'] / u['target_tokens_per_s']:.2f}x that.", ""]
   overrides = ", ".join(f"{k}={v}" for k, v in r["ours_overrides"].items())
   lines = report.header("The flax WMT example's train step and ours, side by side", r) + [
+      flax_example.code_line(r), "",
       f"Peak: {r['peak_flops_per_s'] / 1e9:.1f} GFLOP/s (float32 2048x2048 jnp.dot, same run).", "",
       "Both at base size, vocabulary 32000 shared, fp32, dropout 0.1 on residuals, attention "
       "weights and ReLU outputs, label smoothing 0.1, Adam(0.9, 0.98, 1e-9), the same batch of "
@@ -169,17 +194,20 @@ def markdown(r: dict) -> str:
              "s/step (median; min)", "tok/s", "MFU", "speed-up (medians)", "per round"], rows),
       *notes, "Compile (flax: compile + first step; ours: compile only): " + ", ".join(
           f"{e['shape']} {e['flax_wmt']['compile_and_first_step_s']:.1f} s / "
-          f"{e['transformer_jax'][0]['compile_s']:.1f} s" for e in r["entries"])]
+          f"{e['transformer_jax']['compile_s']:.1f} s" for e in r["entries"])]
   return "\n".join(lines) + "\n"
 
 
 def main(argv):
-  folder = flax_example.check_command_line(argv)
-  overrides = dict(FLAX_DROPOUT, **parse_overrides(cli.OVERRIDE_ARGS))
-  r = run(folder, _SHAPES.value, _STEPS.value, _WARMUP.value, overrides, _FLAX_UNROLLED.value,
-          shlex.join(["python", "-m", "benchmarks.flax_wmt", *sys.argv[1:]]))
-  report.write(r, markdown(r), _OUT.value)
+  values = flags.FLAGS
+  folder = flax_example.check_command_line(argv, values)
+  r = run(folder, values.shapes, values.steps, values.warmup, our_overrides(cli.OVERRIDE_ARGS),
+          values.flax_unrolled_variant,
+          shlex.join(["python", "-m", "benchmarks.flax_wmt", *sys.argv[1:]]),
+          settings(values, cli.OVERRIDE_ARGS))
+  report.write(r, markdown(r), values.out)
 
 
 if __name__ == "__main__":
+  define_flags(flags.FLAGS)
   cli.run(main, verbosity=logging.WARNING)

@@ -13,13 +13,13 @@ alpha 0.6, the same source sentences (random ids, each ending in that side's EOS
 same output limit: their max_decode_len = source width + `--max_extra_len`, which is also our
 buffer (our per-sentence limit, source length + max_extra_len, is the same number when every
 source has the full width, as here). Weights are random for both (each model's own
-initializer), so neither side stops early: both run every output position, the case the issue's
-first measurement took. With `--workdir`, both decode the first dev sentences with one trained
-model instead: a pre-LN run of ours converted to their parameters (flax_example.py, checked
-on teacher-forced logits before anything is timed), so both stop early as real translation
-does, and the report counts the sentences whose best outputs are identical. Batches are timed
-in rounds of one batch of each side in turn (`train_step.time_interleaved`); both run with the
-same process settings (this entry point re-executes itself with `host_memory.MALLOC_SETTINGS`).
+initializer), so neither side stops early: both run every output position, the worst case.
+With `--workdir`, both decode the first dev sentences with one trained model instead: a pre-LN
+run of ours converted to their parameters (flax_example.py, checked on teacher-forced logits
+before anything is timed), so both stop early as real translation does, and the report counts
+the sentences whose best outputs are identical. Batches are timed in rounds of one batch of each
+side in turn (`train_step.time_interleaved`); both run with the same process settings (this
+entry point re-executes itself with `host_memory.MALLOC_SETTINGS`).
 """
 
 if __name__ == "__main__":
@@ -40,37 +40,65 @@ from absl import flags, logging
 from flax import jax_utils
 from flax.training import common_utils
 
+from transformer_jax.data import sources, tokenizer
 from transformer_jax.decoding import decode
 from transformer_jax.inference import trained
+from transformer_jax.inference.translate import Translator
+from transformer_jax.model.transformer import Transformer, unstack_layers
 from transformer_jax.runtime import cli
 from transformer_jax.runtime.config import ModelConfig
 from transformer_jax.runtime.exceptions import ConfigError
-from transformer_jax.data import sources, tokenizer
 from transformer_jax.runtime.markdown import table
-from transformer_jax.model.transformer import Transformer, unstack_layers
 from transformer_jax.runtime.special_ids import EOS_ID
-from transformer_jax.inference.translate import Translator
 
-from benchmarks import decoding, flax_example, report, train_step
+from benchmarks import decoding, flax_example, report, settings as settings_lib, train_step
 from benchmarks.flax_example import swap_eos
 
 ALPHA = decoding.ALPHA
 
-_SENTENCES = flags.DEFINE_integer("sentences", 16, "sentences per batch", lower_bound=1)
-_SOURCE_LEN = flags.DEFINE_integer("source_len", 32, "source tokens per sentence (EOS included)",
-                                   lower_bound=2)
-_BEAM = flags.DEFINE_integer("beam_size", 4, "beam size", lower_bound=1)
-_EXTRA = flags.DEFINE_integer("max_extra_len", 50, "output positions beyond the source width",
-                              lower_bound=1)
-_ROUNDS = flags.DEFINE_integer("rounds", 3, "timed rounds (one batch of each side per round)",
-                               lower_bound=1)
-_WORKDIR = flags.DEFINE_string(
-    "workdir", None, "a trained pre-LN run (model.pre_ln=True) to decode its first --sentences dev "
-    "sentences with on both sides (--source_len is then their padded width); default: random "
-    "weights at base size")
-_OUT = flags.DEFINE_string(
-    "out", None, "writes OUT.json and OUT.md ('' to write nothing; default: "
-    "experiments/results/bench_flax_wmt_decode, + '_trained' with --workdir)")
+
+
+def define_flags(values: flags.FlagValues) -> None:
+  """The command's flags, in `values` (flags.FLAGS when it runs; a fresh set to resolve a
+  recorded command)."""
+  def define(kind, name, default, help_text, **kwargs):
+    getattr(flags, f"DEFINE_{kind}")(name, default, help_text, flag_values=values, **kwargs)
+  flax_example.define_flags(values)
+  define("integer", "sentences", 16, "sentences per batch", lower_bound=1)
+  define("integer", "source_len", 32, "source tokens per sentence (EOS included)", lower_bound=2)
+  define("integer", "beam_size", 4, "beam size", lower_bound=1)
+  define("integer", "max_extra_len", 50, "output positions beyond the source width",
+         lower_bound=1)
+  define("integer", "rounds", 3, "timed rounds (one batch of each side per round)",
+         lower_bound=1)
+  define("string", "workdir", None, "a trained pre-LN run (model.pre_ln=True) to decode its first "
+         "--sentences dev sentences with on both sides (--source_len is then their padded "
+         "width); default: random weights at base size")
+  define("string", "out", None, "writes OUT.json and OUT.md ('' to write nothing; default: "
+         "experiments/results/bench_flax_wmt_decode, + '_trained' with --workdir)")
+
+
+def settings(values: flags.FlagValues, override_args) -> dict:
+  """What a run with these flags measures (benchmarks/settings.py): the flags, and with random
+  weights our base model's config (trained weights bring their own, from the workdir's
+  checkpoint, which is not resolved here)."""
+  if override_args:
+    raise ConfigError(f"benchmarks.flax_wmt_decode takes no config overrides: "
+                      f"{' '.join(override_args)}")
+  check_lengths(values.source_len, values.max_extra_len)
+  own = {k: values[k].value for k in ("sentences", "source_len", "beam_size", "max_extra_len",
+                                      "rounds")}
+  own.update(alpha=ALPHA, weights="trained" if values.workdir else "random")
+  out = settings_lib.benchmark_settings(own)
+  if not values.workdir:
+    out.update(settings_lib.config_settings("decode:base", train_step.train_config("base")[0],
+                                            "model"))
+  return settings_lib.normalized(out)
+
+
+def check_lengths(width: int, max_extra_len: int) -> None:
+  if width + max_extra_len > 1024:
+    raise ConfigError(f"--source_len + --max_extra_len = {width + max_extra_len}: too long")
 
 
 class FlaxDecoder:
@@ -166,11 +194,12 @@ def _compiled(decoder):
 
 
 def run(folder: str, rows: int, width: int, beam_size: int, max_extra_len: int, rounds: int,
-        command: str, workdir: str | None = None) -> dict:
-  if width + max_extra_len > 1024:
-    raise ConfigError(f"--source_len + --max_extra_len = {width + max_extra_len}: too long")
+        command: str, recorded_settings: dict, workdir: str | None = None) -> dict:
+  """Both decoders on one batch; the JSON-able result, headed by `command` and
+  `recorded_settings`."""
+  check_lengths(width, max_extra_len)
   models, train = flax_example.load_flax_wmt(folder, with_decode=True)
-  result = report.start(command)
+  result = report.start(command, recorded_settings)
   (cfg, params, inputs), (flax_cfg, flax_params), agreement = sides(
       models, workdir, rows, width, max_extra_len)
   rows, width = inputs.shape  # fewer rows when the dev split is shorter than --sentences
@@ -198,7 +227,7 @@ def run(folder: str, rows: int, width: int, beam_size: int, max_extra_len: int, 
         f"{statistics.median(ours_s):.2f} s/batch: {entry['speedup']:.2f}x", flush=True)
   weights = (f"trained ({workdir}, step {agreement['checkpoint_step']})" if workdir
              else "random (each side's own initializer)")
-  result.update(entries=[entry], weights=weights)
+  result.update(flax_wmt_code=flax_example.checkout(folder), entries=[entry], weights=weights)
   return report.finish(result)
 
 
@@ -213,6 +242,7 @@ def markdown(r: dict) -> str:
                  f"{o['sentences_per_s']:.2f}", e["our_decoder_steps"],
                  *flax_example.speedup_cells(e)])
   lines = report.header("The flax WMT example's beam-search decoding and ours, side by side", r)
+  lines += [flax_example.code_line(r), ""]
   if r["weights"].startswith("random"):
     setup = ("Base size, vocabulary 32000 shared, float32, beam 4, alpha 0.6, random weights "
              "(each side's own initializer: neither stops early), the same random source ids")
@@ -237,14 +267,17 @@ def markdown(r: dict) -> str:
 
 
 def main(argv):
-  r = run(flax_example.check_command_line(argv), _SENTENCES.value, _SOURCE_LEN.value,
-          _BEAM.value, _EXTRA.value, _ROUNDS.value,
-          shlex.join(["python", "-m", "benchmarks.flax_wmt_decode", *sys.argv[1:]]), _WORKDIR.value)
-  out = _OUT.value
+  values = flags.FLAGS
+  folder = flax_example.check_command_line(argv, values)
+  r = run(folder, values.sentences, values.source_len, values.beam_size, values.max_extra_len,
+          values.rounds, shlex.join(["python", "-m", "benchmarks.flax_wmt_decode", *sys.argv[1:]]),
+          settings(values, cli.OVERRIDE_ARGS), values.workdir)
+  out = values.out
   if out is None:
-    out = "experiments/results/bench_flax_wmt_decode" + ("_trained" if _WORKDIR.value else "")
+    out = "experiments/results/bench_flax_wmt_decode" + ("_trained" if values.workdir else "")
   report.write(r, markdown(r), out)
 
 
 if __name__ == "__main__":
+  define_flags(flags.FLAGS)
   cli.run(main, verbosity=logging.WARNING)

@@ -17,9 +17,9 @@ import os
 import time
 from typing import Sequence
 
+from transformer_jax.data import batching, pipeline, sources, token_cache, tokenizer
 from transformer_jax.runtime.config import DATA_DIR_ENV, default_config
 from transformer_jax.runtime.exceptions import ConfigError
-from transformer_jax.data import batching, pipeline, sources, token_cache, tokenizer
 from transformer_jax.runtime.markdown import table
 from transformer_jax.runtime.special_ids import PAD_ID
 

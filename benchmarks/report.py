@@ -1,24 +1,24 @@
-"""The machine a benchmark ran on, whether it was idle, the header every benchmark report starts
-with, and the report of `python -m benchmarks` (its parts' sections from their modules)."""
+"""The head every benchmark result starts with (date, command, the settings it resolved to, the
+machine and whether it was idle), its report header, the one way results are written, and the
+report of `python -m benchmarks` (its parts' sections from their modules)."""
 
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import platform
 import time
 
-from experiments import results_files
+from transformer_jax.runtime import results
 
 from benchmarks import decoding, input_pipeline, train_step
 
 
 def machine() -> dict:
-  """results_files.machine() (CPU model, cores, platform) plus python, jax, the backend and the
-  devices of this process."""
+  """results.machine() (CPU model, cores, platform) plus python, jax, the backend and the devices
+  of this process."""
   import jax  # pylint: disable=g-import-not-at-top
-  return dict(results_files.machine(), python=platform.python_version(), jax=jax.__version__,
+  return dict(results.machine(), python=platform.python_version(), jax=jax.__version__,
               backend=jax.default_backend(), devices=[str(d) for d in jax.devices()])
 
 
@@ -44,12 +44,14 @@ def machine_load() -> dict:
   return {"load": list(os.getloadavg()), "others_busy": others_busy()}
 
 
-def start(command: str) -> dict:
-  """The head of a result: date, command, machine, and the load just before the run."""
+def start(command: str, settings: dict) -> dict:
+  """The head of a result: date, the command and the settings it resolved to
+  (benchmarks/settings.py: `resolve(command)` gives them again), machine, and the load just
+  before the run."""
   before = machine_load()
   return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-          "command": command, "machine": machine(), "load_before": before["load"],
-          "others_busy_before": before["others_busy"]}
+          "command": command, "settings": settings, "machine": machine(),
+          "load_before": before["load"], "others_busy_before": before["others_busy"]}
 
 
 def finish(result: dict) -> dict:
@@ -84,14 +86,12 @@ def header(title: str, r: dict) -> list[str]:
 
 
 def write(result: dict, text: str, out: str) -> None:
-  """Prints the report `text`; writes OUT.json and OUT.md (nothing when `out` is '')."""
+  """Prints the report `text`; writes OUT.json and OUT.md, each whole (nothing when `out` is
+  '')."""
   print(text)
   if out:
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
-    with open(out + ".json", "w") as f:
-      json.dump(result, f, indent=2)
-    with open(out + ".md", "w") as f:
-      f.write(text)
+    results.write_result(out, result, text)
 
 
 def markdown(r: dict) -> str:

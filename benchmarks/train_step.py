@@ -19,12 +19,12 @@ import ml_collections
 import numpy as np
 
 from transformer_jax.model import attention, sharding
-from transformer_jax.training import metrics, step
 from transformer_jax.runtime.config import ModelConfig, validate
 from transformer_jax.runtime.exceptions import ConfigError
 from transformer_jax.runtime.markdown import table
-from transformer_jax.runtime.overrides import REPO, apply_overrides, load_config_file
+from transformer_jax.runtime.overrides import apply_overrides, load_config_file, REPO
 from transformer_jax.runtime.special_ids import EOS_ID, PAD_ID
+from transformer_jax.training import metrics, step
 
 from benchmarks import hlo_profile
 
@@ -77,17 +77,22 @@ def check_fits(config, length: int) -> None:
     raise ConfigError(f"batch length {length} exceeds model.max_len={config.model.max_len}")
 
 
-def synthetic_batch(config, rows: int, length: int, seed: int = 0) -> dict:
-  """Random ids in [3, vocab) filling every position; pack-mode configs get packed rows of
-  segments of 8-24 tokens (each ending in EOS) with segment ids and positions."""
+def synthetic_batch(config, rows: int, length: int, seed: int = 0, empty_rows: int | None = None
+                    ) -> dict:
+  """A batch shaped as the data pipeline makes them, random ids in [3, vocab) ending in EOS.
+
+  Bucket mode: right-padded rows of varied lengths, as a length bucket holds them (the longer
+  side of each pair from half the row length to all of it, the other side from half that), and
+  `empty_rows` filler rows of zero length at the end (default 1 when rows > 1), as a partial batch
+  has them: the padding that the step, its FLOPs and cuDNN's per-row lengths must handle.
+  Pack mode: every position filled with segments of 8-24 tokens, with segment ids and positions.
+  """
   rng = np.random.default_rng(seed)
+  if config.data.batch_mode != "pack":
+    return _bucket_batch(config, rows, length, rng, empty_rows)
   batch = {}
   for side in ("inputs", "targets"):
     ids = rng.integers(3, config.model.vocab_size, (rows, length)).astype(np.int32)
-    if config.data.batch_mode != "pack":
-      ids[:, -1] = EOS_ID
-      batch[side] = ids
-      continue
     seg = np.zeros((rows, length), np.int32)
     pos = np.zeros((rows, length), np.int32)
     for r in range(rows):
@@ -99,6 +104,28 @@ def synthetic_batch(config, rows: int, length: int, seed: int = 0) -> dict:
         ids[r, start + n - 1] = EOS_ID
         start, k = start + n, k + 1
     batch[side], batch[f"{side}_segmentation"], batch[f"{side}_position"] = ids, seg, pos
+  return batch
+
+
+def _bucket_batch(config, rows: int, length: int, rng: np.random.Generator,
+                  empty_rows: int | None) -> dict:
+  """synthetic_batch's bucket mode: {'inputs', 'targets'} [rows, length], PAD_ID after each
+  row's length, all PAD_ID in the last `empty_rows` rows."""
+  empty = (1 if rows > 1 else 0) if empty_rows is None else empty_rows
+  if not 0 <= empty < rows:
+    raise ConfigError(f"synthetic batch: {empty} empty rows of {rows}; at least one must be real")
+  real = rows - empty
+  longer = rng.integers(max(2, length // 2), length + 1, real)
+  shorter = np.maximum(2, (longer * rng.uniform(0.5, 1.0, real)).astype(np.int64))
+  source_is_longer = rng.random(real) < 0.5
+  lengths = {"inputs": np.where(source_is_longer, longer, shorter),
+             "targets": np.where(source_is_longer, shorter, longer)}
+  batch = {}
+  for side, n_R in lengths.items():
+    ids = rng.integers(3, config.model.vocab_size, (rows, length)).astype(np.int32)
+    ids[np.arange(length)[None, :] >= np.pad(n_R, (0, empty))[:, None]] = PAD_ID
+    ids[np.arange(real), n_R - 1] = EOS_ID
+    batch[side] = ids
   return batch
 
 
@@ -190,7 +217,7 @@ class Stepper:
     self.state, m = self.compiled(self.state, self.batch)
     jax.block_until_ready((self.state, m))
     seconds = time.perf_counter() - t
-    # Minor page faults of the step: ~0 when host_memory's malloc settings keep XLA's buffers.
+    # Minor page faults of the step: few when host_memory's malloc settings keep XLA's buffers.
     self.page_faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults)
     self.losses.append(float(m["loss_sum"]) / max(float(m["tokens"]), 1.0))
     return seconds

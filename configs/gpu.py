@@ -4,20 +4,23 @@ One node of 8 GPUs (one process):
   python -m transformer_jax.main --config=configs/gpu.py --workdir=/shared/run1
 Several nodes under SLURM (launch/slurm.sbatch runs one task per node or per GPU):
   sbatch --nodes=2 launch/slurm.sbatch configs/gpu.py:big /shared/run-big
-Check a GPU host first (~5 minutes; compiles, tokens/s, MFU, attention, memory for big):
+Check a GPU host first (compile, tokens/s, MFU, attention, memory for big):
   python -m benchmarks.accelerator --config=configs/gpu.py:base,h100
+Expected: no GPU run is recorded yet; the acceptance command writes
+experiments/results/accelerator.md.
 
-Mixed precision: matmuls and activations in bfloat16; parameters, gradients and Adam's moments
-in float32; softmax, LayerNorm statistics and the loss in float32.
-Attention and batch layout, two pairings:
-- default: packed rows (~95% real tokens and one compiled shape, against ~73% and 8 shapes for
-  8 length buckets at 25000 tokens: experiments/results/bucket_vs_pack.md) with XLA's
-  `jax.nn.dot_product_attention` and a segment mask (cuDNN's kernel takes no segment mask);
-- ',cudnn' (e.g. configs/gpu.py:base,h100,cudnn): bucketed rows with cuDNN's fused kernel
-  (`attention_impl='cudnn'`: is_causal and per-row lengths instead of a mask array).
-At the paper's sizes attention is a small share of the FLOPs, so the 22 points of padding are
-expected to outweigh the fused kernel; the acceptance command times both on your GPU.
-Mesh: data parallelism over all GPUs (NVLink inside a node, InfiniBand across nodes).
+Deviations from configs/base.py (or big.py), and why:
+- bfloat16 matmuls and activations, float32 parameters, optimizer state, softmax, LayerNorm
+  statistics and loss: the GPUs' bf16 matrix units (docs/scaling.md, "Mixed precision").
+- no attention dropout: the fused kernels have none.
+- default: packed rows (fewer padding tokens and one compiled shape than length buckets:
+  experiments/results/bucket_vs_pack.md) with XLA's `jax.nn.dot_product_attention` and a
+  segment mask, since cuDNN's kernel takes no segment mask;
+  ',cudnn' (e.g. configs/gpu.py:base,h100,cudnn): bucketed rows with cuDNN's fused kernel
+  (is_causal and per-row lengths instead of a mask array). Which pairing is faster depends on
+  the GPU; the acceptance command times both.
+- data parallelism over all GPUs: the state fits on each (docs/scaling.md).
+- a checkpoint every 30 minutes: bounds the work a lost node costs.
 """
 
 from configs import base, big

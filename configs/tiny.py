@@ -1,9 +1,10 @@
-"""A tiny model for tests and smoke runs on one CPU core (seconds per hundred steps).
+"""A tiny model for tests and smoke runs on one CPU core.
 
 Run:
   python -m transformer_jax.main --config=configs/tiny.py --workdir=/tmp/tiny
-It learns Multi30k only a little (it is 2 layers of width 64); use configs/multi30k.py to
-train a real model on this machine.
+Expected: the run finishes in seconds; it learns Multi30k only a little (2 layers of width 64,
+200 steps), since it exists to exercise every code path fast. To train a real model on a CPU:
+configs/multi30k.py.
 """
 
 from transformer_jax.runtime.config import default_config

@@ -4,12 +4,16 @@ Run on every worker of the slice (launch/tpu_vm.sh does that):
   python -m transformer_jax.main --config=configs/tpu.py --workdir=/mnt/shared/run1
   python -m transformer_jax.main --config=configs/tpu.py:big --workdir=...   # the big model
 
-Mixed precision: matmuls and activations in bfloat16 (the MXU's native input type); parameters,
-gradients and Adam's moments in float32; attention logits/softmax, LayerNorm statistics and the
-loss (logits, log-softmax) in float32. Mesh: pure data parallelism over all chips (the base
-model's 63M parameters and Adam state, ~1 GB, fit on any chip); for big on small-HBM chips or
-larger batches, `--config.mesh.fsdp=-1 --config.mesh.data=1` shards the state instead. See
-docs/scaling.md for the step-time and MFU projections behind these choices.
+Expected: no TPU run is recorded yet; projected step times: docs/scaling.md.
+
+Deviations from configs/base.py (or big.py), and why:
+- bfloat16 matmuls and activations (the MXU's native input type); parameters, gradients and
+  Adam's moments, attention logits/softmax, LayerNorm statistics and the loss in float32.
+- packed rows: fewer padding tokens and one compiled step shape
+  (experiments/results/bucket_vs_pack.md).
+- pure data parallelism over all chips: the base model's state fits on any chip; for big on
+  small-HBM chips, `--config.mesh.fsdp=-1 --config.mesh.data=1` shards the state instead.
+- a checkpoint every 30 minutes (preemptible slices) and no progress bar (many workers' logs).
 """
 
 from configs import base, big
@@ -34,9 +38,7 @@ def get_config(arg: str = "base"):
   c.model.dtype = "bfloat16"
   c.model.attention_impl = "einsum"       # XLA fuses it well on TPU
   c.mesh.data, c.mesh.fsdp, c.mesh.tensor = -1, 1, 1
-  # Packed rows: ~95% real tokens and one compiled step shape, against ~73% and 8 shapes for
-  # 8 length buckets at 25000 tokens (experiments/results/bucket_vs_pack.md).
-  c.data.batch_mode = "pack"
+  c.data.batch_mode = "pack"              # one compiled step shape, little padding
   c.train.peak_flops = PEAK_FLOPS[generation]  # for MFU (measuring it would use one chip)
   c.train.checkpoint_every_minutes = 30.0  # bound lost work on preemptible/spot slices
   c.train.progress_bar = False             # logs from many workers are streamed

@@ -15,7 +15,7 @@ Expected (sample, experiments/results/wsj_sample.md): dev F1 51.2 (P 56.7, R 46.
 53.3; 210 of 273 outputs repaired) after ~2300 steps on one core of an AMD EPYC (AVX-512) with
 the other core busy, then ~9 minutes of beam-21 dev decoding. The sample has no test split: its
 dev split (files wsj_0160-wsj_0179, 273 trees) is fixed here, and training uses wsj_0001-wsj_0159
-(3396 trees); every choice below was made on it (experiments/wsj_parsing.py). The same
+(3396 trees); every choice below was made on it (experiments/wsj_parsing/sweep.py). The same
 checkpoint evaluated with --config.decode.parse_constraint=True (a search that writes only
 trees, off by default as the paper decodes freely): dev F1 68.5 (P 65.2, R 72.0), none repaired.
 
@@ -73,7 +73,7 @@ def get_config(variant: str = ""):
   dc.beam_size = 21
   dc.alpha = 0.3
   dc.max_extra_len = 300
-  if variant == "pilot":                 # experiments/wsj_parsing.py's protocol, pinned here
+  if variant == "pilot":                 # experiments/wsj_parsing/sweep.py's protocol, pinned here
     d.local_corpus = "ptb-sample/combined"
     d.train_files, d.eval_files, d.test_files = "wsj_0001-wsj_0159", "wsj_0160-wsj_0179", ""
     d.max_source_len, d.max_target_len = 128, 384

@@ -1,4 +1,4 @@
-"""Shared by the sweep tests: the experiments.run CLI in a subprocess, and a fake of the training
+"""Shared by the sweep tests: the experiments.harness.runner CLI in a subprocess, and a fake of the training
 and evaluation CLIs that the runner drives (its workdir and result-file contracts, in seconds)."""
 
 import functools
@@ -9,18 +9,18 @@ import sys
 import threading
 import time
 
-from experiments import local_runner, run
+from experiments.harness import processes, runner
 from tests.common import REPO, xla_flags
-from transformer_jax.training import workdir as workdir_lib
 from transformer_jax.data import tokenizer
+from transformer_jax.training import workdir as workdir_lib
 
-TABLE3 = "experiments/table3.py"
+TABLE3 = "experiments/table3"
 
 
 def sweep_cli(*args, timeout=120):
   env = dict(os.environ, JAX_PLATFORMS="cpu")
   env["XLA_FLAGS"] = xla_flags()  # none of the caller's (a device count, say)
-  return subprocess.run([sys.executable, "-m", "experiments.run", *args], cwd=REPO, env=env,
+  return subprocess.run([sys.executable, "-m", "experiments.harness.runner", *args], cwd=REPO, env=env,
                         capture_output=True, text=True, timeout=timeout)
 
 
@@ -111,7 +111,7 @@ class FakeCLI:
     if key in self.fail:
       with open(log_path, "a") as f:
         f.write("Traceback ...\nerror: config key 'model.d_k' boom\n")
-      return 2, local_runner.error_line(open(log_path).read(), 2)
+      return 2, processes.error_line(open(log_path).read(), 2)
     steps = int(self._arg(cmd, "--config.train.num_steps"))
     killed = key in self.kill_at
     done = self.kill_at.pop(key, None) or self.stop_at.pop(key, steps)  # an interrupted run stops
@@ -141,7 +141,7 @@ class FakeCLI:
       self.calls.append(("eval", *key))
     if key in self.fail_eval:
       return 1, "RuntimeError: out of memory"
-    step = int(step_arg[0].split("=")[1]) if step_arg else local_runner.latest_step(workdir)
+    step = int(step_arg[0].split("=")[1]) if step_arg else processes.latest_step(workdir)
     ppl, bleu = self.scores.get(key, (9.0, 5.0))
     if step_arg:  # earlier in training: worse
       ppl, bleu = ppl * 1.5, bleu - 2
@@ -167,10 +167,10 @@ class FakeCLI:
 
 def run_fake(table3, out, results, rows, fake, scale="tiny", seeds=(0, 1), base_seeds=(0, 1, 2),
          overrides=None, **kw):
-  runs, protocols = run.plan(table3, scale, rows, overrides or {}, "", -1, list(seeds),
+  runs, protocols = runner.plan(table3, scale, rows, overrides or {}, "", -1, list(seeds),
                              list(base_seeds), str(results))
   kw.setdefault("log", lambda *_: None)
-  return run.run_sweep(runs, str(out), str(results), protocols, runner=fake, **kw)
+  return runner.run_sweep(runs, str(out), str(results), protocols, runner=fake, **kw)
 
 
 def file_snapshot(folder):

@@ -15,14 +15,14 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 
-from transformer_jax.tools import attention_maps as am
-from transformer_jax.model import sharding
-from transformer_jax.training import checkpoint, step
-from transformer_jax.runtime.config import ModelConfig, default_config
-from transformer_jax.data.tokenizer import Tokenizer
-from transformer_jax.model.transformer import Transformer
-from transformer_jax.inference.translate import Translator
 from tests.test_model import reference
+from transformer_jax.data.tokenizer import Tokenizer
+from transformer_jax.inference.translate import Translator
+from transformer_jax.model import sharding
+from transformer_jax.model.transformer import Transformer
+from transformer_jax.runtime.config import default_config, ModelConfig
+from transformer_jax.tools import attention_maps as am
+from transformer_jax.training import checkpoint, step
 
 pytestmark = pytest.mark.xdist_group(__name__)  # one worker builds the fixture: see conftest
 

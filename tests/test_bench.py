@@ -1,6 +1,7 @@
 """`python -m benchmarks` on tiny shapes (one train step, a two-sentence decode, a short data read):
-the JSON result and the Markdown report; the command line's one-line errors; the side-by-side's
-loading of flax's example without TensorFlow."""
+the JSON result, the settings it records (which its command resolves to again) and the Markdown
+report; the command line's one-line errors; the side-by-side's loading of flax's example without
+TensorFlow."""
 
 import json
 import math
@@ -12,10 +13,11 @@ import textwrap
 import numpy as np
 import pytest
 
-from benchmarks import flax_example, hlo_profile, input_pipeline, train_step
-from transformer_jax.training import metrics
+from benchmarks import decoding, flax_example, hlo_profile, input_pipeline, settings, train_step
+from transformer_jax.runtime import config as config_lib
 from transformer_jax.runtime.config import ModelConfig
 from transformer_jax.runtime.exceptions import ConfigError
+from transformer_jax.training import metrics
 
 from tests.common import REPO
 
@@ -67,8 +69,10 @@ def test_json_result(result):
   for key in ("compile_s", "target_tokens_per_s", "model_flops_per_s", "mfu",
               "model_flops_per_step", "xla_flops_per_step"):
     assert _number(e[key]) and e[key] > 0, key
-  assert e["target_tokens_per_step"] == 2 * 16  # synthetic rows are full
-  cfg = ModelConfig.from_config(train_step.train_config("tiny")[0].model)
+  tiny = train_step.train_config("tiny", {"train.dropout_rng_impl": "rbg"})[0]
+  batch = train_step.synthetic_batch(tiny, 2, 16)  # the same seeded batch: its non-pad targets
+  assert e["target_tokens_per_step"] == int((batch["targets"] != 0).sum())
+  cfg = ModelConfig.from_config(tiny.model)
   assert e["model_flops_per_step"] == metrics.train_flops(cfg, 2, 16, 16)
   assert e["devices"] == 1 and e["page_faults_per_step"] >= 0
   assert e["attention"] == ["attention: einsum (written out, XLA fuses it)"]
@@ -98,6 +102,88 @@ def test_json_result(result):
     assert 0 < entry["real_share"] <= 1 and entry["batches_per_epoch"] > 0
     assert entry["distinct_shapes"] == 1 and entry["over_budget_batches"] == 0
     assert entry["real_target_tokens_per_s"] > 0 and entry["batches_per_s"] > 0
+
+
+def test_recorded_settings_are_what_the_command_resolves_to(result):
+  """benchmarks.settings.resolve(command) gives the settings a fresh result recorded, key by key;
+  the data folder (where the corpus is read from) is not one of them."""
+  r, _, _ = result
+  s = r["settings"]
+  assert settings.resolve(r["command"]) == s
+  assert s["benchmark.parts"] == ["train", "decode", "data"] and s["benchmark.steps"] == 1
+  assert s["benchmark.train"] == ["tiny:2x16"] and s["benchmark.profile"] is True
+  assert s["train:tiny.model.d_model"] == 64 and s["train:tiny.train.dropout_rng_impl"] == "rbg"
+  assert s["decode:tiny.model.vocab_size"] == 1000 and s["benchmark.decode_alpha"] == decoding.ALPHA
+  assert not any(k.startswith("decode:tiny.train.") for k in s)  # decoding reads only the model
+  assert s["data:multi30k.model.vocab_size"] == input_pipeline.CORPORA["multi30k"][3]
+  assert not any(k.endswith(tuple(settings.PLACE_KEYS)) for k in s)
+  assert {k.split(".")[0] for k in s} == {"benchmark", "train:tiny", "decode:tiny",
+                                          "data:multi30k"}
+  assert settings.config_key("train:tiny.model.d_model") == "model.d_model"
+  assert settings.config_key("benchmark.steps") is None
+
+
+def test_a_changed_default_resolves_to_other_settings(result, monkeypatch):
+  """A config default or a benchmark constant that moved since the result was written: the
+  command resolves to settings that differ exactly where it moved."""
+  r, _, _ = result
+  default_config = config_lib.default_config
+
+  def moved():
+    c = default_config()
+    c.model.layer_norm_epsilon = 1e-5
+    return c
+  monkeypatch.setattr(config_lib, "default_config", moved)  # what config files call
+  monkeypatch.setattr(input_pipeline, "default_config", moved)  # imported by name there
+  monkeypatch.setattr(decoding, "ALPHA", decoding.ALPHA + 0.1)
+  now, then = settings.resolve(r["command"]), r["settings"]
+  assert {k for k in set(now) | set(then) if now.get(k) != then.get(k)} == {
+      "train:tiny.model.layer_norm_epsilon", "decode:tiny.model.layer_norm_epsilon",
+      "data:multi30k.model.layer_norm_epsilon", "benchmark.decode_alpha"}
+
+
+@pytest.mark.parametrize("command, message", [
+    ("python -m transformer_jax.main --config=configs/tiny.py",
+     "not a benchmark command (python -m benchmarks[.MODULE] ...): "),
+    ("python -m benchmarks.report", "`python -m benchmarks.report` is not a benchmark entry point"),
+    ("python -m benchmarks --stepz=3", "benchmark command `python -m benchmarks`: Unknown command "
+                                       "line flag 'stepz'"),
+    ("python -m benchmarks --steps=0", "benchmark command `python -m benchmarks`: flag --steps=0"),
+    ("python -m benchmarks extra", "benchmark command `python -m benchmarks`: unexpected "
+                                   "arguments extra"),
+    ("python -m benchmarks --config.model.dropout_rat=0.2", "unknown config key "
+                                                            "'model.dropout_rat'"),
+    ("python -m benchmarks --only=train,nope", "--only: unknown part 'nope'"),
+    ("python -m benchmarks.flax_wmt_decode --config.model.d_model=8",
+     "benchmarks.flax_wmt_decode takes no config overrides"),
+    ("python -m benchmarks 'unclosed", "does not parse as a shell line"),
+])
+def test_resolving_a_bad_command_is_one_line(command, message):
+  with pytest.raises(ConfigError) as e:
+    settings.resolve(command)
+  assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_every_entry_point_resolves_without_running():
+  """The side-by-sides resolve our side's config (theirs is their code); with trained weights
+  the model comes from the checkpoint, so only the flags are settings; environment assignments,
+  absl's own flags and where a result goes change nothing."""
+  train = settings.resolve("python -m benchmarks.flax_wmt --flax_wmt_dir=/nowhere --steps=2 "
+                           "--config.train.dropout_rng_impl=rbg --out=")
+  assert train["benchmark.steps"] == 2 and train["benchmark.shapes"] == ["8x128", "32x128"]
+  assert train["train:base.model.vocab_size"] == train_step.FLAX_VOCAB
+  assert train["train:base.model.relu_dropout_rate"] == 0.1
+  assert train["train:base.train.dropout_rng_impl"] == "rbg"
+  decode = settings.resolve("python -m benchmarks.flax_wmt_decode --flax_wmt_dir=/nowhere")
+  assert decode["benchmark.weights"] == "random" and decode["decode:base.model.d_model"] == 512
+  trained = settings.resolve("python -m benchmarks.flax_wmt_decode --flax_wmt_dir=/nowhere "
+                             "--workdir=/gone --sentences=32")
+  assert trained["benchmark.weights"] == "trained" and trained["benchmark.sentences"] == 32
+  assert not any(k.startswith("decode:") for k in trained)
+  plain = settings.resolve("python -m benchmarks --only=train --train=tiny:2x16")
+  assert settings.resolve("TRANSFORMER_JAX_DATA_DIR=/x python -m benchmarks --only=train "
+                          "--train=tiny:2x16 --verbosity=1 --out=/elsewhere && echo ok") == plain
+  assert not any(k.startswith(("decode", "data", "benchmark.decode")) for k in plain)
 
 
 def test_markdown_report(result):
@@ -252,7 +338,11 @@ def test_parallel_runs_sums_steps_per_second_over_processes(tmp_path, monkeypatc
   assert [(n, c) for n, c, _ in seen[:2]] == [("all", None), ("one", [cores[0]])]
   assert sorted(c[0] for _, c, _ in seen[2:]) == cores
   assert "--config.model.d_model=64" in seen[0][2] and "--config.model.num_heads=8" in seen[0][2]
-  data = json.load(open(tmp_path / "p.json"))
+  data = json.loads((tmp_path / "p.json").read_text())
+  assert data["command"] == f"python -m benchmarks.parallel_runs --out={tmp_path / 'p'} --steps=3"
+  assert settings.resolve(data["command"]) == data["settings"]
+  assert data["settings"]["train:multi30k.model.d_model"] == 64
+  assert data["settings"]["benchmark.overrides"] == list(seen[0][2])
   steps = [s["steps_per_s"] for s in data["setups"]]
   assert steps == pytest.approx([2.5, 2.0, 2.0 * len(cores)])
   assert data["setups"][2]["vs_one_run_every_core"] == pytest.approx(0.8 * len(cores))

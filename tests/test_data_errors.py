@@ -12,10 +12,9 @@ import socket
 import numpy as np
 import pytest
 
-from transformer_jax.runtime.config import default_config, validate
-from transformer_jax.runtime.exceptions import ConfigError
 from transformer_jax.data import pipeline, sources, tokenizer
-from transformer_jax.runtime.exceptions import DataError
+from transformer_jax.runtime.config import default_config, validate
+from transformer_jax.runtime.exceptions import ConfigError, DataError
 
 WORDS = ("a man woman dog cat runs walks sits on the in red blue green small big street park "
          "house tree water ball car").split()

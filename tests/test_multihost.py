@@ -19,7 +19,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.common import DATA_DIR, REPO, TINY_CLI_FLAGS, requires_data, xla_flags
+from tests.common import DATA_DIR, REPO, requires_data, TINY_CLI_FLAGS, xla_flags
 from transformer_jax.training import metrics
 
 

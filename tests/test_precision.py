@@ -15,9 +15,9 @@ import pytest
 from flax import linen as nn
 
 from transformer_jax.model import sharding
-from transformer_jax.training import step as step_lib
-from transformer_jax.runtime.config import ModelConfig, validate
 from transformer_jax.model.transformer import Transformer
+from transformer_jax.runtime.config import ModelConfig, validate
+from transformer_jax.training import step as step_lib
 
 # Element-wise and reduction primitives that make up softmax, log-softmax and LayerNorm.
 STATISTICS_PRIMITIVES = ("exp", "log", "log1p", "reduce_sum", "reduce_max", "rsqrt", "sqrt",

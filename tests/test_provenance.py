@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from experiments import provenance, row_runs, sweeps
+from experiments.harness import provenance, resolve, study
+from transformer_jax.runtime.dotted import flatten, nest
 from transformer_jax.runtime.overrides import REPO
 
 RESULTS = os.path.join(REPO, "experiments", "results")
@@ -17,11 +18,38 @@ TRAIN = "python -m transformer_jax.main --config=configs/tiny.py --workdir=W"
 
 
 def test_every_committed_result_regenerates_at_head():
-  findings, archived = provenance.check_folder(RESULTS)
-  bad = [f.line(RESULTS) for f in findings if f.status in provenance.FAILING]
+  folders = provenance.results_folders()
+  assert RESULTS in folders and os.path.join(REPO, "experiments", "table3", "results") in folders
+  findings, archived = [], 0
+  for folder in folders:
+    more, skipped = provenance.check_folder(folder)
+    findings, archived = findings + more, archived + skipped
+  bad = [f.line(REPO) for f in findings if f.status in provenance.FAILING]
   assert not bad, "\n".join(bad)
-  assert sum(f.status == "ok" for f in findings) >= 45  # Table 3's 41 runs and the hours
-  assert archived > 0
+  ok = {os.path.relpath(f.path, REPO) for f in findings if f.status == "ok"}
+  assert len(ok) >= 109 and archived > 0  # every sweep run and the hours
+  # the sweeps' reports record their --report command and its settings, and are checked
+  assert {"experiments/table3/results/table3_cpu.json", "experiments/table3/results/table3_cpu_long.json",
+          "experiments/head_width/results/head_width_cpu_long.json",
+          "experiments/wsj_parsing/results/wsj_parsing_pilot.json"} <= ok
+
+
+def test_a_report_is_checked_against_what_its_report_command_resolves_to(tmp_path):
+  """A sweep report's `settings` against its `--report` command at HEAD; a recorded path that
+  moved (a study's FORMER_PATHS) or an old entry point is read as it is now."""
+  from experiments.harness import runner  # pylint: disable=g-import-not-at-top
+  args = ["--sweep=experiments/head_width", "--scale=cpu_long"]
+  settings = runner.report_settings(args)
+  assert settings["planned_seeds.base"] == [0, 1] and "scale.description" not in settings
+  old = "python -m experiments.run --report --sweep=experiments/head_width.py --scale=cpu_long"
+  assert provenance.current(old) == f"python -m {provenance.RUNNER} --report " + " ".join(args)
+  _write(tmp_path / "same.json", {"command": old, "settings": settings})
+  _write(tmp_path / "drift.json", {"command": old, "settings": dict(settings, **{
+      "rows.h1_dk8.overrides.model.num_heads": 2})})
+  findings = {os.path.basename(f.path): f for f in provenance.check_folder(str(tmp_path))[0]}
+  assert findings["same.json"].status == "ok", findings["same.json"].detail
+  assert findings["drift.json"].status == "drift"
+  assert "rows.h1_dk8.overrides.model.num_heads: 2 recorded, 1 at HEAD" in findings["drift.json"].detail
 
 
 def _write(path, obj):
@@ -31,8 +59,8 @@ def _write(path, obj):
 
 
 def test_drift_names_the_key_archive_is_skipped_and_nothing_is_rewritten(tmp_path):
-  config = row_runs.flatten(provenance.load("configs/tiny.py"))
-  nested = sweeps.nest(config).to_dict()
+  config = flatten(provenance.load("configs/tiny.py"))
+  nested = nest(config).to_dict()
   texts = {
       "same.json": _write(tmp_path / "same.json", {"command": TRAIN, "config": nested}),
       "drift.json": _write(tmp_path / "drift.json", {
@@ -69,14 +97,14 @@ def test_bad_results_get_one_line_naming_the_file(tmp_path, content, status, wor
 
 
 def test_the_cli_exits_1_on_drift_and_prints_the_summary(tmp_path):
-  nested = sweeps.nest(row_runs.flatten(provenance.load("configs/tiny.py"))).to_dict()
+  nested = nest(flatten(provenance.load("configs/tiny.py"))).to_dict()
   _write(tmp_path / "drift.json", {"command": TRAIN + " --config.seed=3", "config": nested})
-  run = subprocess.run([sys.executable, "-m", "experiments.provenance", f"--results={tmp_path}"],
+  run = subprocess.run([sys.executable, "-m", "experiments.harness.provenance", f"--results={tmp_path}"],
                        capture_output=True, text=True, cwd=REPO, timeout=300)
   assert run.returncode == 1, run.stderr
   assert "drift     drift.json: the training command at HEAD: seed: 0 recorded, 3 at HEAD" in run.stdout
   assert "1 result files: 0 regenerate at HEAD, 1 drifted" in run.stdout
-  missing = subprocess.run([sys.executable, "-m", "experiments.provenance",
+  missing = subprocess.run([sys.executable, "-m", "experiments.harness.provenance",
                             f"--results={tmp_path / 'nope'}"],
                            capture_output=True, text=True, cwd=REPO, timeout=300)
   assert missing.returncode == 2 and missing.stderr.strip().count("\n") == 0
@@ -84,13 +112,13 @@ def test_the_cli_exits_1_on_drift_and_prints_the_summary(tmp_path):
 
 _PROTOCOLS = """
 import json
-from experiments import row_runs, sweeps
+from experiments.harness import resolve, study
 out = {}
-for spec, scale in (("experiments/table3.py", "cpu"), ("experiments/table3.py", "postln_pilot_paper_lr"),
-                    ("experiments/multi30k_levers.py", "at2700")):
-  sweep = sweeps.load_sweep(spec)
-  for row in sweeps.row_ids(sweep):
-    out[f"{spec}:{scale}:{row}"] = row_runs.protocol(row_runs.resolve(sweep, row, scale), sweep)["hash"]
+for spec, scale in (("experiments/table3", "cpu"), ("experiments/table3", "postln_pilot_paper_lr"),
+                    ("experiments/multi30k_levers", "at2700")):
+  sweep = study.load_sweep(spec)
+  for row in study.row_ids(sweep):
+    out[f"{spec}:{scale}:{row}"] = resolve.protocol(resolve.resolve(sweep, row, scale), sweep)["hash"]
 print(json.dumps(out))
 """
 
@@ -127,17 +155,17 @@ def test_pinned_protocols_do_not_move_when_the_multi30k_recipe_does(tmp_path):
 
 
 def test_the_levers_sweep_trains_what_the_retired_pilot_script_trained():
-  """experiments/multi30k_levers.py's rows were compared once, key by key, with the commands of
+  """experiments/multi30k_levers's rows were compared once, key by key, with the commands of
   the retired multi30k_pilots.py (AVX2_RECIPES, *_2700); these are the settings they agreed on."""
-  sweep = sweeps.load_sweep("experiments/multi30k_levers.py")
+  sweep = study.load_sweep("experiments/multi30k_levers")
   expected = {  # row: (dropout, lrate scale, label smoothing, pre_ln, extra train files)
       "base": (0.2, 0.7, 0.1, False, ""), "drop01_lr05": (0.1, 0.5, 0.1, False, ""),
       "ls02": (0.2, 0.7, 0.2, False, ""), "preln": (0.2, 0.7, 0.1, True, ""),
       "lr10": (0.2, 1.0, 0.1, False, ""), "lr05": (0.2, 0.5, 0.1, False, ""),
       "news_x6": (0.2, 0.7, 0.1, False, "wmt-news/train")}
-  assert sweeps.row_ids(sweep) == list(expected)
+  assert study.row_ids(sweep) == list(expected)
   for row, values in expected.items():
-    c = row_runs.resolve(sweep, row, "at2700").config
+    c = resolve.resolve(sweep, row, "at2700").config
     assert (c.model.dropout_rate, c.train.learning_rate_scale, c.train.label_smoothing,
             c.model.pre_ln, c.data.extra_train_files) == values, row
     assert (c.train.num_steps, c.train.weight_decay, c.decode.alpha, c.model.d_model,

@@ -1,9 +1,9 @@
-"""experiments/report_run.py: a finished training run turned into its results record."""
+"""experiments/harness/run_report.py: a finished training run turned into its results record."""
 
 import subprocess
 import sys
 
-from experiments import report_run
+from experiments.harness import run_report as report_run
 from tests.common import table_row
 
 
@@ -53,7 +53,7 @@ def test_report_run_test_curve_reach_and_dev_chosen_average():
 
 
 def _report_run_error(*args):
-  result = subprocess.run([sys.executable, "-m", "experiments.report_run", "--workdir=/nonexistent",
+  result = subprocess.run([sys.executable, "-m", "experiments.harness.run_report", "--workdir=/nonexistent",
                            "--name=x", *args], capture_output=True, text=True, timeout=120, check=False)
   assert result.returncode == 2, result.stderr[-2000:]
   return result.stderr.strip().splitlines()[-1]

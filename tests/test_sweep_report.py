@@ -7,16 +7,16 @@ import math
 import nltk
 import pytest
 
-from experiments import report, row_runs, sweeps, verdicts
+from experiments.harness import define, report, resolve, study, verdicts
 from tests.common import table_row
-from tests.sweep_fakes import TABLE3, FakeCLI, run_fake, sweep_cli
-from transformer_jax.tasks import bleu
+from tests.sweep_fakes import FakeCLI, run_fake, sweep_cli, TABLE3
 from transformer_jax.tasks.parsing import parseval
+from transformer_jax.tasks.translation import bleu
 
 
 @pytest.fixture(scope="module")
 def table3():
-  return sweeps.load_sweep(TABLE3)
+  return study.load_sweep(TABLE3)
 
 
 # --- verdicts ---------------------------------------------------------------------------------
@@ -70,7 +70,10 @@ def test_gap_to_base_over_training():
 
 
 def test_clear_and_unchanged_rows_of_table3(table3):
-  assert verdicts.clear_rows(table3) == ["A_h1", "B_dk16", "C_N2", "C_N4", "C_dmodel256",
+  base = table3.rows.base.paper
+  clear = [r for r in study.row_ids(table3) if r != "base" and verdicts.expectation(
+      table3.rows[r].paper.ppl, base.ppl, verdicts.PPL_CLEAR) in ("+", "-")]
+  assert clear == ["A_h1", "B_dk16", "C_N2", "C_N4", "C_dmodel256",
                                        "C_dmodel1024", "C_dff1024", "D_pdrop0", "D_ls0", "D_ls02", "big"]
   assert verdicts.paper_unchanged(table3) == ["A_h16", "E_learned_pe"]
 
@@ -114,7 +117,7 @@ def test_report_of_a_partial_sweep(table3, tmp_path):
   assert "D_ls0 seed 1: failed: config key 'model.d_k' boom" in md
   assert "- Runs finished: 10 of 41 (row × seed); rows complete: 4 of 20." in md
   assert "- Vocabulary: one for all runs (fingerprint " in md
-  assert "- Command: `python -m experiments.run" not in md  # runs made in-process record none
+  assert "- Command: `python -m experiments.harness.runner" not in md  # runs made in-process record none
   assert "by more than 3M in: (C) d_model=1024, d_k=d_v=128 (163.8M vs 168M)" in md
   # Rows that change only the heads, by per-head width: base (d_model 32 / 8 heads: d_k 4), A h=1 (32);
   # C N=8 and E (another positional table at base's d_k) change something else and are left out.
@@ -198,16 +201,16 @@ def test_the_report_sets_its_verdicts_beside_another_scales():
 
 
 def test_the_bleu_verdict_at_two_thirds_comes_from_the_kept_checkpoint(table3, tmp_path):
-  """A scale with bleu_two_thirds: each run's checkpoint at 2/3 of its steps is evaluated too
+  """A scale with score_two_thirds: each run's checkpoint at 2/3 of its steps is evaluated too
   (the same sentences), recorded, and judged as at the end; the report says which moved."""
-  table3.scales.tiny.bleu_two_thirds = True
+  table3.scales.tiny.score_two_thirds = True
   try:
-    assert row_runs.resolve(table3, "base", "tiny").two_thirds_step == 1  # 2/3 of 2 steps
+    assert resolve.resolve(table3, "base", "tiny").two_thirds_step == 1  # 2/3 of 2 steps
     out, results = tmp_path / "sweep", tmp_path / "t3_tiny"
     fake = FakeCLI(scores={("base", 0): (10.0, 20.0), ("A_h1", 0): (11.0, 18.0)})
     run_fake(table3, out, results, ["base", "A_h1"], fake, seeds=(0,), base_seeds=(0,))
   finally:
-    table3.scales.tiny.bleu_two_thirds = False
+    table3.scales.tiny.score_two_thirds = False
   record = json.loads((results / "A_h1_seed0.json").read_text())
   assert record["two_thirds"] == {"step": 1, "dev_ppl": 16.5, "bleu": 15.0, "bleu_tokenized": 16.0}
   assert "--step=1" in record["commands"]["eval_two_thirds"]
@@ -227,11 +230,11 @@ def test_the_bleu_verdict_at_two_thirds_comes_from_the_kept_checkpoint(table3, t
 def test_paper_step_ratio_gives_big_the_papers_three_times_base(table3):
   table3.scales.tiny.paper_step_ratio = True
   try:
-    steps = {r: row_runs.resolve(table3, r, "tiny").config.train.num_steps for r in ("base", "big", "C_N2")}
+    steps = {r: resolve.resolve(table3, r, "tiny").config.train.num_steps for r in ("base", "big", "C_N2")}
   finally:
     table3.scales.tiny.paper_step_ratio = False
   assert steps == {"base": 2, "big": 6, "C_N2": 2}
-  assert row_runs.resolve(table3, "big", "tiny").config.train.num_steps == 2  # every row equal
+  assert resolve.resolve(table3, "big", "tiny").config.train.num_steps == 2  # every row equal
 
 
 def test_a_parsers_sweep_records_and_reports_bracket_f1(table3, tmp_path):
@@ -320,7 +323,7 @@ def test_the_convergence_forecast_finds_where_a_curve_meets_the_bar():
 def test_a_sweep_the_paper_does_not_report_is_compared_with_base(tmp_path):
   """The treebank parser's settings sweep has no paper values: its report has no verdict counts
   and no paper columns, but each row's change in PPL and F1 against base."""
-  wsj = sweeps.load_sweep("experiments/wsj_parsing.py")
+  wsj = study.load_sweep("experiments/wsj_parsing")
   out, results = tmp_path / "sweep", tmp_path / "wsj_parsing_pilot"
   scores = {("base", 0): (2.0, 0.0), ("lr10", 0): (2.5, 0.0)}
   run_fake(wsj, out, results, ["base", "lr10"], FakeCLI(scores=scores, parse_scores={

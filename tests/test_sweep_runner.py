@@ -1,4 +1,4 @@
-"""The sweep runner (experiments/run.py): result files and the skip/resume/retry bookkeeping
+"""The sweep runner (experiments/harness/runner.py): result files and the skip/resume/retry bookkeeping
 around the training and evaluation CLIs (faked: tests/sweep_fakes.py), results of another
 protocol refused, the subprocess runner's errors, and a 2-step real run."""
 
@@ -11,17 +11,18 @@ import time
 
 import pytest
 
-from experiments import local_runner, results_files, row_runs, sweeps
+from experiments.harness import define, processes, records, resolve, study
 from tests.common import DATA_DIR, requires_data
 from tests.sweep_fakes import (REFERENCES, TABLE3, FakeCLI, SweepKilled, file_snapshot,
                                one_line_error, run_fake, sweep_cli)
+from transformer_jax.runtime import results as results_lib
 from transformer_jax.runtime.exceptions import ConfigError
 from transformer_jax.runtime.overrides import parse_overrides
 
 
 @pytest.fixture(scope="module")
 def table3():
-  return sweeps.load_sweep(TABLE3)
+  return study.load_sweep(TABLE3)
 
 
 def test_rerun_skips_finished_runs_resumes_and_retries(table3, tmp_path):
@@ -43,7 +44,7 @@ def test_rerun_skips_finished_runs_resumes_and_retries(table3, tmp_path):
   assert (res["row"], res["seed"], res["dev_ppl"], res["bleu_tokenized"], res["bleu"]) == ("base", 1, 9.0, 5.0, 4.0)
   assert res["dev_ppl_curve"] == [[1, 11.25], [2, 9.0]] and res["step"] == 2
   assert res["last_quarter"] == {"from_step": 1, "to_step": 2, "relative_change": -0.2}
-  assert res["protocol"] == row_runs.protocol(row_runs.resolve(table3, "base", "tiny"), table3)
+  assert res["protocol"] == resolve.protocol(resolve.resolve(table3, "base", "tiny"), table3)
   assert res["protocol"]["num_steps"] == 2 and res["protocol"]["bleu_sentences"] == 4
   assert len(res["hypotheses"]) == 4 and res["params"] > 0 and res["step_seconds"] == 0.5
   assert res["machine"]["cores"] == os.cpu_count() and "--config.seed=1" in res["commands"]["train"]
@@ -86,8 +87,8 @@ def test_a_run_with_a_time_budget_is_done_when_its_checkpoint_records_the_budget
   states = run_fake(table3, out, results, ["base"], spent, base_seeds=(0,), overrides=budget)
   assert states[0]["status"] == "done" and spent.calls == [("train", "base", 0), ("eval", "base", 0)]
   assert json.load(open(results / "base_seed0.json"))["step"] == 1
-  assert local_runner.trained_seconds(str(out / "base" / "seed0"), 1) == 60.0
-  assert local_runner.trained_seconds(str(out / "base" / "seed0"), 7) == 0.0  # no such checkpoint
+  assert processes.trained_seconds(str(out / "base" / "seed0"), 1) == 60.0
+  assert processes.trained_seconds(str(out / "base" / "seed0"), 7) == 0.0  # no such checkpoint
 
 
 def test_a_killed_sweeps_training_time_is_counted_when_it_resumes(table3, tmp_path):
@@ -129,7 +130,7 @@ def test_parallel_runs_each_on_its_own_cores(table3, tmp_path):
   assert [(s["row"], s["seed"], s["status"]) for s in states] == [
       (r, s, "done") for r, s in [("base", 0), ("base", 1), ("base", 2), ("A_h1", 0), ("A_h1", 1),
                                   ("C_N8", 0), ("C_N8", 1)]]
-  halves = local_runner.cpu_shares(2)
+  halves = processes.cpu_shares(2)
   assert sorted(halves[0] + halves[1]) == sorted(os.sched_getaffinity(0)) and halves[0] and halves[1]
   assert fake.calls[0] == ("vocab", "base", 0) and fake.vocab_cores is None  # every core
   assert sorted(map(tuple, set(map(tuple, fake.cores.values())))) == sorted(map(tuple, halves))
@@ -156,7 +157,7 @@ def test_parallel_runs_each_on_its_own_cores(table3, tmp_path):
   assert [s["status"] for s in states] == ["done"] * 3 and fake.calls[0] == ("vocab", "base", 0)
   assert fake.cores[("base", 0)] is None and fake.cores[("base", 1)] in halves
   with pytest.raises(ConfigError, match="--parallel=.*CPU cores; give at most one run per core"):
-    local_runner.cpu_shares(len(os.sched_getaffinity(0)) + 1)
+    processes.cpu_shares(len(os.sched_getaffinity(0)) + 1)
 
 
 def test_a_sweep_given_cores_pins_its_runs_to_them(table3, tmp_path):
@@ -168,10 +169,10 @@ def test_a_sweep_given_cores_pins_its_runs_to_them(table3, tmp_path):
   assert [s["status"] for s in states] == ["done", "done"]
   assert set(map(tuple, fake.cores.values())) == {(core,)}
   assert json.load(open(tmp_path / "results" / "A_h1_seed1.json"))["cpu_share"] == [core]
-  assert local_runner.cpu_shares(1, f" {core}") == [[core]]
+  assert processes.cpu_shares(1, f" {core}") == [[core]]
   for bad in (str(core + 1), f"{core},{core}", "x"):
     with pytest.raises(ConfigError, match=f"--cores={bad}: .* is not one of this process's cores"):
-      local_runner.cpu_shares(1, bad)
+      processes.cpu_shares(1, bad)
 
 
 def test_a_run_on_one_core_is_pinned_and_single_threaded(tmp_path):
@@ -181,11 +182,11 @@ def test_a_run_on_one_core_is_pinned_and_single_threaded(tmp_path):
   probe = [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)), os.environ.get('XLA_FLAGS'))"]
   log = tmp_path / "probe.log"
   outcome = []
-  worker = threading.Thread(target=lambda: outcome.append(local_runner.subprocess_runner(probe, str(log), cpus=[cores[-1]])))
+  worker = threading.Thread(target=lambda: outcome.append(processes.subprocess_runner(probe, str(log), cpus=[cores[-1]])))
   worker.start()
   worker.join()
   assert outcome == [(0, "")]
-  assert f"[{cores[-1]}] " in log.read_text() and local_runner.ONE_CORE_XLA_FLAGS in log.read_text()
+  assert f"[{cores[-1]}] " in log.read_text() and processes.ONE_CORE_XLA_FLAGS in log.read_text()
   assert sorted(os.sched_getaffinity(0)) == cores
 
 
@@ -211,24 +212,24 @@ def test_results_of_another_protocol_or_row_stop_everything(table3, tmp_path):
 def test_subprocess_runner_reports_errors_and_timeouts(tmp_path):
   log = str(tmp_path / "row.log")
   fail = [sys.executable, "-c", "import sys; print('step 1'); print('error: bad thing', file=sys.stderr); sys.exit(2)"]
-  assert local_runner.subprocess_runner(fail, log) == (2, "bad thing")
+  assert processes.subprocess_runner(fail, log) == (2, "bad thing")
   slow = [sys.executable, "-c", "import time; time.sleep(60)"]
-  rc, error = local_runner.subprocess_runner(slow, log, timeout_s=0.5)
+  rc, error = processes.subprocess_runner(slow, log, timeout_s=0.5)
   assert rc == 1 and error.startswith("timed out after") and "rerun to resume" in error
   assert open(log).read().count("\n# ") == 2  # each command is logged before its output
 
 
 def test_error_line_picks_the_reason():
-  assert local_runner.error_line("x\nerror: bad key\nmore\n", 2) == "bad key"
-  assert local_runner.error_line("Traceback\n  File x\nValueError: boom\nI0 log\n", 1) == "ValueError: boom"
-  assert local_runner.error_line("killed\n", -9) == "killed (exit status -9)"
+  assert processes.error_line("x\nerror: bad key\nmore\n", 2) == "bad key"
+  assert processes.error_line("Traceback\n  File x\nValueError: boom\nI0 log\n", 1) == "ValueError: boom"
+  assert processes.error_line("killed\n", -9) == "killed (exit status -9)"
 
 
 def test_last_quarter_change():
-  assert results_files.last_quarter_change([[100, 20.0], [200, 12.0], [300, 10.0], [400, 9.5]]) == {
+  assert records.last_quarter_change([[100, 20.0], [200, 12.0], [300, 10.0], [400, 9.5]]) == {
       "from_step": 300, "to_step": 400, "relative_change": -0.05}
-  assert results_files.last_quarter_change([[400, 9.5]]) is None
-  assert results_files.last_quarter_change([[390, 9.6], [400, 9.5]]) is None  # no point at or before 3/4
+  assert records.last_quarter_change([[400, 9.5]]) is None
+  assert records.last_quarter_change([[390, 9.6], [400, 9.5]]) is None  # no point at or before 3/4
 
 
 def test_step_time_is_the_median_window_so_a_paused_window_does_not_move_it():
@@ -236,20 +237,20 @@ def test_step_time_is_the_median_window_so_a_paused_window_does_not_move_it():
            {"step_time": 0.5, "tokens_per_second": 4000.0},
            {"step_time": 3600.0, "tokens_per_second": 0.5},  # the run was stopped for an hour
            {"step_time": 0.6, "tokens_per_second": 3500.0}]
-  assert results_files.median_window(train) == 0.6
-  assert results_files.median_window(train, "tokens_per_second") == 3500.0
-  assert results_files.median_window(train[:1]) is None
+  assert records.median_window(train) == 0.6
+  assert records.median_window(train, "tokens_per_second") == 3500.0
+  assert records.median_window(train[:1]) is None
 
 
 def test_machine_names_the_cpu_generation_that_a_shared_model_name_hides(tmp_path):
   def cpu(text):
     (tmp_path / "cpuinfo").write_text(text)
-    return results_files.machine(str(tmp_path / "cpuinfo"))["cpu"]
+    return results_lib.machine(str(tmp_path / "cpuinfo"))["cpu"]
   epyc = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: {}\nmodel name\t: AMD EPYC\nflags\t\t: fpu avx2 {}\n\nprocessor\t: 1\nmodel\t\t: 99\n"
   assert cpu(epyc.format(17, "avx512f avx512bw")) == "AMD EPYC (family 25 model 17, AVX-512)"  # Zen 4
   assert cpu(epyc.format(1, "fma")) == "AMD EPYC (family 25 model 1, AVX2)"  # Zen 3: only the first processor is read
   assert cpu("processor\t: 0\nFeatures\t: fp asimd\n").endswith("(NEON)")  # arm: no model name
-  assert results_files.machine(str(tmp_path / "none"))["cores"] == os.cpu_count()  # no cpuinfo: still a machine
+  assert results_lib.machine(str(tmp_path / "none"))["cores"] == os.cpu_count()  # no cpuinfo: still a machine
 
 
 # --- a real run: 2 training steps of a tiny model, evaluated --------------------------------------
@@ -279,7 +280,7 @@ def test_tiny_real_run_trains_evaluates_and_is_skipped_on_rerun(tmp_path):
 
 
 def test_a_config_key_added_later_at_its_default_is_the_same_protocol():
-  from experiments.results_files import protocol_difference  # pylint: disable=g-import-not-at-top
+  from experiments.harness.records import protocol_difference  # pylint: disable=g-import-not-at-top
   ours = {"hash": "b", "num_steps": 3, "resolved": {"model.d_model": 64, "model.remat": "none"}}
   older = {"hash": "a", "num_steps": 3, "resolved": {"model.d_model": 64}}  # before remat existed
   assert protocol_difference(ours, older) == ""
@@ -291,7 +292,7 @@ def test_a_config_key_added_later_at_its_default_is_the_same_protocol():
 def test_the_same_config_reached_through_other_overrides_is_the_same_protocol():
   # The config file's default moved to what the scale overrides: the override list shrinks, the
   # resolved config does not change, and neither do the committed results.
-  from experiments.results_files import protocol_difference  # pylint: disable=g-import-not-at-top
+  from experiments.harness.records import protocol_difference  # pylint: disable=g-import-not-at-top
   before = {"hash": "a", "overrides": ["--config.data.tokens_per_batch=2048", "--config.model.d_model=64"],
             "resolved": {"data.tokens_per_batch": 2048, "model.d_model": 64}}
   now = {"hash": "b", "overrides": ["--config.model.d_model=64"],

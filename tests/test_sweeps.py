@@ -1,4 +1,4 @@
-"""The sweep definitions (experiments/sweeps.py, experiments/table3.py): the Table 3 rows and the
+"""The sweep definitions (experiments/harness/define.py, experiments/table3/): the Table 3 rows and the
 paper's values, scales, seeds and protocols, up-front validation of bad input, and the printed
 commands for the three launchers. The runner: test_sweep_runner.py; the report:
 test_sweep_report.py."""
@@ -12,9 +12,10 @@ import pytest
 from absl import flags
 from ml_collections import config_flags
 
-from experiments import row_runs, sweeps, verdicts
+from experiments.harness import define, resolve, study, verdicts
+from experiments.table3 import scales
 from tests.common import REPO
-from tests.sweep_fakes import TABLE3, one_line_error, sweep_cli
+from tests.sweep_fakes import one_line_error, sweep_cli, TABLE3
 from transformer_jax.runtime.exceptions import ConfigError
 from transformer_jax.runtime.overrides import parse_overrides
 
@@ -51,13 +52,13 @@ PARAM_TOLERANCE_M = {"C_dmodel1024": 4.5}
 
 @pytest.fixture(scope="module")
 def table3():
-  return sweeps.load_sweep(TABLE3)
+  return study.load_sweep(TABLE3)
 
 
 # --- the sweep definitions, resolved ------------------------------------------------------------
 
 def test_table3_rows_and_the_papers_values(table3):
-  assert sweeps.row_ids(table3) == list(PAPER)
+  assert study.row_ids(table3) == list(PAPER)
   for row_id, values in PAPER.items():
     assert table3.rows[row_id].paper.to_dict() == dict(zip(FIELDS, values)), row_id
 
@@ -67,7 +68,7 @@ def test_table3_overrides_agree_with_the_paperstable_row(table3):
   base = dict(zip(FIELDS, PAPER["base"]))
   for row_id, values in PAPER.items():
     paper = dict(zip(FIELDS, values))
-    ours = row_runs.paper_columns(table3, row_id)
+    ours = resolve.resolve(table3, row_id, "paper").paper_hparams
     for col in FIELDS[:9]:
       assert ours[col] == (paper[col] if paper[col] is not None else base[col]), (row_id, col)
   assert table3.rows.E_learned_pe.overrides.model.pe_type == "learned"
@@ -76,7 +77,7 @@ def test_table3_overrides_agree_with_the_paperstable_row(table3):
 def test_scales_shrink_widths_and_keep_heads_layers_and_ratios(table3):
   for scale in ("cpu", "tiny"):
     factor = table3.scales[scale].dim_factor
-    for res in row_runs.resolve_all(table3, sweeps.row_ids(table3), scale):
+    for res in resolve.resolve_all(table3, study.row_ids(table3), scale):
       paper, ours = res.paper_hparams, res.hparams
       for col in ("d_model", "d_k", "d_v", "d_ff"):
         assert ours[col] == paper[col] * factor, (scale, res.row_id, col)
@@ -85,23 +86,23 @@ def test_scales_shrink_widths_and_keep_heads_layers_and_ratios(table3):
       assert ours["train_steps"] == table3.scales[scale].num_steps  # every row, big too
       assert res.config.model.num_decoder_layers == ours["N"]
       assert res.bleu_sentences == table3.scales[scale].bleu_sentences
-  base = row_runs.resolve(table3, "base", "cpu").config
-  d = 512 * sweeps.CPU["dim_factor"]
+  base = resolve.resolve(table3, "base", "cpu").config
+  d = 512 * scales.CPU["dim_factor"]
   assert (base.model.d_model, base.model.num_heads, base.model.d_k, base.model.d_ff) == (d, 8, d / 8, 4 * d)
   assert (base.data.local_corpus, base.data.tokens_per_batch) == ("multi30k", 2048)
   assert (base.train.warmup_steps, base.train.learning_rate_scale, base.model.pre_ln) == (400, 0.5, True)
   assert base.train.max_eval_batches == 0  # the convergence curve is on the whole dev split
-  assert table3.scales.cpu.seeds == list(sweeps.CPU["seeds"]) and len(table3.scales.cpu.base_seeds) >= 3
-  assert row_runs.resolve(table3, "E_learned_pe", "tiny").config.model.pe_type == "learned"
+  assert table3.scales.cpu.seeds == list(scales.CPU["seeds"]) and len(table3.scales.cpu.base_seeds) >= 3
+  assert resolve.resolve(table3, "E_learned_pe", "tiny").config.model.pe_type == "learned"
 
 
 def test_paper_scale_keeps_the_papers_steps_and_config(table3):
-  base = row_runs.resolve(table3, "base", "paper")
-  big = row_runs.resolve(table3, "big", "paper")
+  base = resolve.resolve(table3, "base", "paper")
+  big = resolve.resolve(table3, "big", "paper")
   assert base.config_spec == "configs/base.py" and base.overrides == []  # base.py is the paper's base
   assert base.config.train.num_steps == 100_000 and big.config.train.num_steps == 300_000
   assert big.config.model.dropout_rate == 0.3 and big.config.model.d_k == 64
-  tpu = row_runs.resolve(table3, "base", "paper", base_config="configs/tpu.py")
+  tpu = resolve.resolve(table3, "base", "paper", base_config="configs/tpu.py")
   assert tpu.config_spec == "configs/tpu.py"
 
 
@@ -114,36 +115,36 @@ def test_paper_scale_parameter_counts_match_the_paper(table3):
 
 
 def test_grid_example_rows():
-  grid = sweeps.load_sweep("experiments/grid_example.py")
-  ids = sweeps.row_ids(grid)
+  grid = study.load_sweep("experiments/grid_example")
+  ids = study.row_ids(grid)
   assert len(ids) == 17 and ids[0] == "base" and "h4_dk32_drop0p3_pelearned" in ids
-  m = row_runs.resolve(grid, "h4_dk32_drop0p3_pelearned", "cpu").config.model
-  dk = round(32 * sweeps.CPU["dim_factor"])  # d_k 32 in paper units, scaled as every width
+  m = resolve.resolve(grid, "h4_dk32_drop0p3_pelearned", "small").config.model
+  dk = round(32 * grid.scales.small.dim_factor)  # d_k 32 in paper units, scaled as every width
   assert (m.num_heads, m.d_k, m.d_v, m.dropout_rate, m.pe_type) == (4, dk, dk, 0.3, "learned")
-  assert len(row_runs.resolve_all(grid, ids, "paper")) == 17
+  assert len(resolve.resolve_all(grid, ids, "paper")) == 17
 
 
 def test_postln_pilot_scales_are_the_cpu_protocol_with_another_rate(table3):
   """#53's pilot: post-LN, the cpu widths and steps, and the three rates its docstring names."""
-  cpu = row_runs.resolve(table3, "base", "cpu").config
+  cpu = resolve.resolve(table3, "base", "cpu").config
   peaks = {}
-  for scale in sweeps.POSTLN_PILOTS:
-    c = row_runs.resolve(table3, "base", scale).config
+  for scale in scales.POSTLN_PILOTS:
+    c = resolve.resolve(table3, "base", scale).config
     assert not c.model.pre_ln and c.model.d_model == cpu.model.d_model == 64
     assert c.train.num_steps == cpu.train.num_steps == 3000
     peaks[scale] = c.train.learning_rate_scale * 64 ** -0.5 * c.train.warmup_steps ** -0.5
   paper_peak = 512 ** -0.5 * 4000 ** -0.5  # the paper's base schedule at its step 4000
   assert abs(peaks["postln_pilot_paper_lr"] / paper_peak - 1) < 1e-3
   assert peaks["postln_pilot_paper_lr_clip"] == peaks["postln_pilot_paper_lr"]
-  assert row_runs.resolve(table3, "base", "postln_pilot_paper_lr_clip").config.train.grad_clip_norm == 1.0
+  assert resolve.resolve(table3, "base", "postln_pilot_paper_lr_clip").config.train.grad_clip_norm == 1.0
   cpu_peak = cpu.train.learning_rate_scale * 64 ** -0.5 * cpu.train.warmup_steps ** -0.5
   assert abs(peaks["postln_pilot_long_warmup"] / cpu_peak - 1) < 1e-9
-  assert row_runs.resolve(table3, "base", "postln_pilot_long_warmup").config.train.warmup_steps == 1600
+  assert resolve.resolve(table3, "base", "postln_pilot_long_warmup").config.train.warmup_steps == 1600
 
 
 def test_printed_overrides_reproduce_each_rows_config(table3):
   """The training CLI's own config flags, given a row's overrides, rebuild the resolved config."""
-  for res in row_runs.resolve_all(table3, sweeps.row_ids(table3), "cpu"):
+  for res in resolve.resolve_all(table3, study.row_ids(table3), "cpu"):
     argv = ["prog", f"--config={os.path.join(REPO, res.config_spec)}", *res.overrides]
     fv = flags.FlagValues()
     config_flags.DEFINE_config_file("config", None, "", flag_values=fv, lock_config=True,
@@ -153,10 +154,10 @@ def test_printed_overrides_reproduce_each_rows_config(table3):
 
 
 def test_select_rows(table3):
-  assert sweeps.select_rows(table3, "C_N*,D") == ["C_N2", "C_N4", "C_N8", "D_pdrop0", "D_pdrop02",
+  assert study.select_rows(table3, "C_N*,D") == ["C_N2", "C_N4", "C_N8", "D_pdrop0", "D_pdrop02",
                                                   "D_ls0", "D_ls02"]
-  assert sweeps.select_rows(table3, "big, base") == ["base", "big"]  # the sweep's order
-  assert sweeps.select_rows(table3, "") == sweeps.row_ids(table3)
+  assert study.select_rows(table3, "big, base") == ["base", "big"]  # the sweep's order
+  assert study.select_rows(table3, "") == study.row_ids(table3)
 
 
 # --- bad input: one line, before anything runs --------------------------------------------------
@@ -164,18 +165,18 @@ def test_select_rows(table3):
 def test_unknown_rows_scales_andfile_snapshot(table3, tmp_path):
   with pytest.raises(ConfigError, match=r"--rows: no row matches 'bsae' \(did you mean 'base'\?\); "
                                         r"rows: base, A_h1,"):
-    sweeps.select_rows(table3, "A_h1,bsae")
+    study.select_rows(table3, "A_h1,bsae")
   with pytest.raises(ConfigError, match=r"unknown scale 'cpuu' \(did you mean 'cpu'\?\); the sweep "
                                         r"defines: .*tiny"):
-    row_runs.resolve(table3, "base", "cpuu")
+    resolve.resolve(table3, "base", "cpuu")
   with pytest.raises(ConfigError, match=r"unknown row 'bgi' \(did you mean 'big'\?\)"):
-    row_runs.resolve(table3, "bgi", "cpu")
+    resolve.resolve(table3, "bgi", "cpu")
   with pytest.raises(ConfigError, match="sweep file experiments/nope.py not found"):
-    sweeps.load_sweep("experiments/nope.py")
+    study.load_sweep("experiments/nope.py")
   bad = tmp_path / "bad.py"
   bad.write_text("def get_config():\n  return 3\n")
   with pytest.raises(ConfigError, match="must return an ml_collections.ConfigDict"):
-    sweeps.load_sweep(str(bad))
+    study.load_sweep(str(bad))
   out = tmp_path / "out"
   assert "no row matches 'bsae' (did you mean 'base'?)" in one_line_error(
       sweep_cli(f"--sweep={TABLE3}", f"--out={out}", "--rows=bsae"))
@@ -188,41 +189,41 @@ def test_unknown_rows_scales_andfile_snapshot(table3, tmp_path):
 
 def test_inconsistent_rows_are_named(table3):
   heads = parse_overrides(["--config.model.num_heads=16"])
-  d_model = round(512 * sweeps.CPU["dim_factor"])
+  d_model = round(512 * scales.CPU["dim_factor"])
   dk = d_model // 8
   with pytest.raises(ConfigError, match=rf"row 'base' at scale 'cpu': h\*d_k = 16\*{dk} = {16 * dk} "
                                         rf"differs from d_model={d_model}"):
-    row_runs.resolve_all(table3, sweeps.row_ids(table3), "cpu", heads)
+    resolve.resolve_all(table3, study.row_ids(table3), "cpu", heads)
   tp = parse_overrides(["--config.mesh.tensor=8"])
   with pytest.raises(ConfigError, match="row 'A_h1' at scale 'paper': config key 'model.num_heads'=1 "
                                         "is not divisible by the tensor-parallel size mesh.tensor=8"):
-    row_runs.resolve_all(table3, sweeps.row_ids(table3), "paper", tp)
+    resolve.resolve_all(table3, study.row_ids(table3), "paper", tp)
 
 
 def _write_sweep(tmp_path, rows_code):
   path = tmp_path / "my_sweep.py"
-  path.write_text("from experiments import sweeps\n\ndef get_config():\n"
-                  "  c = sweeps.new_sweep('mine')\n"
-                  "  sweeps.add_row(c, 'base')\n" + rows_code + "  return c\n")
+  path.write_text("from experiments.harness import define\n\ndef get_config():\n"
+                  "  c = define.new_sweep('mine')\n"
+                  "  define.add_row(c, 'base')\n" + rows_code + "  return c\n")
   return str(path)
 
 
 def test_every_row_is_validated_before_anything_runs(tmp_path):
   """The last row is bad: the CLI prints one line naming it, exits 2, and creates nothing."""
-  spec = _write_sweep(tmp_path, "  sweeps.add_row(c, 'wide', overrides={'model.n_heads': 4})\n")
+  spec = _write_sweep(tmp_path, "  define.add_row(c, 'wide', overrides={'model.n_heads': 4})\n")
   out = tmp_path / "out"
-  assert one_line_error(sweep_cli(f"--sweep={spec}", "--scale=cpu", f"--out={out}")) == (
-      "error: row 'wide' at scale 'cpu': unknown config key 'model.n_heads' (did you mean "
+  assert one_line_error(sweep_cli(f"--sweep={spec}", "--scale=small", f"--out={out}")) == (
+      "error: row 'wide' at scale 'small': unknown config key 'model.n_heads' (did you mean "
       "'num_heads'?)")
   assert not out.exists()
-  assert one_line_error(sweep_cli("--sweep=experiments/head_width.py", "--params")) == (
+  assert one_line_error(sweep_cli("--sweep=experiments/head_width", "--params")) == (
       "error: the sweep 'head_width' has no 'paper' scale to count its rows at (its scales: "
       "cpu_long)")
-  spec = _write_sweep(tmp_path, "  sweeps.add_row(c, 'tiny_dk', overrides={'model.d_k': 2})\n")
-  f = sweeps.CPU["dim_factor"]
-  with pytest.raises(ConfigError, match=rf"row 'tiny_dk' at scale 'cpu': model.d_k=2 x {f:g} = "
+  spec = _write_sweep(tmp_path, "  define.add_row(c, 'tiny_dk', overrides={'model.d_k': 2})\n")
+  f = define.standard_scales().tiny.dim_factor
+  with pytest.raises(ConfigError, match=rf"row 'tiny_dk' at scale 'tiny': model.d_k=2 x {f:g} = "
                                         rf"{2 * f:g} is not a positive whole number"):
-    row_runs.resolve_all(sweeps.load_sweep(spec), ["base", "tiny_dk"], "cpu")
+    resolve.resolve_all(study.load_sweep(spec), ["base", "tiny_dk"], "tiny")
   error = one_line_error(sweep_cli(f"--sweep={TABLE3}", f"--out={out}", "--config.train.num_step=3"))
   assert "unknown config key 'train.num_step' (did you mean 'num_steps'?)" in error
 
@@ -246,7 +247,7 @@ def _dryrun_fake(table3, out, launcher, rows, *extra):
   assert result.returncode == 0, result.stderr
   commands = [shlex.split(l) for l in result.stdout.splitlines() if l and not l.startswith("#")]
   user = parse_overrides([a for a in extra if a.startswith("--config.")])
-  resolved = row_runs.resolve_all(table3, rows.split(","), "paper", user)
+  resolved = resolve.resolve_all(table3, rows.split(","), "paper", user)
   return commands[:-1], commands[-1], resolved
 
 
@@ -260,7 +261,7 @@ def test_dry_run_local_one_command_per_row_and_seed(table3, tmp_path):
                    f"--workdir={out}/{res.row_id}/seed{seed}", *res.overrides, f"--config.seed={seed}"]
     assert "--config.train.warmup_steps=8000" in cmd
   assert "--config.model.num_heads=1" in commands[3]
-  assert follow[:3] == ["python", "-m", "experiments.run"] and "--eval_only" not in follow
+  assert follow[:3] == ["python", "-m", "experiments.harness.runner"] and "--eval_only" not in follow
   assert {"--rows=base,A_h1", "--scale=paper", f"--out={out}", "--seeds=0,1", "--base_seeds=0,1,2",
           "--config.train.warmup_steps=8000"} <= set(follow)
   assert not out.exists()
@@ -300,12 +301,12 @@ def test_dry_run_tpu_vm(table3, tmp_path):
 # --- seeds and protocols: bad input is one line, nothing written ------------------------------
 
 def test_seed_lists():
-  assert row_runs.parse_seeds("0,1, 2", "--seeds") == [0, 1, 2]
+  assert resolve.parse_seeds("0,1, 2", "--seeds") == [0, 1, 2]
   for text, why in (("", "the seed list is empty"), (" , ", "the seed list is empty"),
                     ("0,-1", "'-1' is not a seed"), ("1.5", "'1.5' is not a seed"),
                     ("0,x", "'x' is not a seed"), ("1,1", "seed 1 is listed twice")):
     with pytest.raises(ConfigError, match=why):
-      row_runs.parse_seeds(text, "--seeds")
+      resolve.parse_seeds(text, "--seeds")
 
 
 def test_bad_seeds_and_parallel_on_the_command_line(tmp_path):
@@ -327,8 +328,8 @@ def test_cpu_long_is_the_cpu_protocol_twice_as_long_with_big_three_times(table3)
   dev evaluation at two thirds (4000) and at three quarters (4500) of base's training, BLEU on
   the whole dev split, the checkpoint at two thirds saved, kept and evaluated (big's at 12000),
   and one seed only for the rows the paper calls unchanged."""
-  cpu = row_runs.resolve(table3, "base", "cpu").config
-  long = {r: row_runs.resolve(table3, r, "cpu_long") for r in ("base", "big", "C_N2", "A_h16")}
+  cpu = resolve.resolve(table3, "base", "cpu").config
+  long = {r: resolve.resolve(table3, r, "cpu_long") for r in ("base", "big", "C_N2", "A_h16")}
   base = long["base"].config
   assert base.model.pre_ln and base.model.d_model == cpu.model.d_model == 64
   assert {r: v.config.train.num_steps for r, v in long.items()} == {
@@ -346,10 +347,10 @@ def test_cpu_long_is_the_cpu_protocol_twice_as_long_with_big_three_times(table3)
     t = res.config.train
     assert res.two_thirds_step % t.checkpoint_every_steps == 0
     assert res.two_thirds_step % t.keep_every_steps == 0
-  assert row_runs.resolve(table3, "base", "cpu").two_thirds_step == 0
-  assert [row_runs.seeds_of(table3, "cpu_long", r) for r in ("base", "C_N2", "A_h16", "E_learned_pe")] \
+  assert resolve.resolve(table3, "base", "cpu").two_thirds_step == 0
+  assert [resolve.seeds_of(table3, "cpu_long", r) for r in ("base", "C_N2", "A_h16", "E_learned_pe")] \
       == [[0, 1, 2], [0, 1], [0], [0]]
-  assert row_runs.seeds_of(table3, "cpu_long", "A_h16", seeds=[0, 1]) == [0, 1]  # the flag wins
+  assert resolve.seeds_of(table3, "cpu_long", "A_h16", seeds=[0, 1]) == [0, 1]  # the flag wins
   paper = lambda r: table3.rows[r].paper  # noqa: E731
   for r in table3.scales.cpu_long.row_seeds:  # rows whose paper PPL and BLEU equal base's
     assert abs(paper(r).ppl - paper("base").ppl) < verdicts.PPL_CLEAR
@@ -357,9 +358,9 @@ def test_cpu_long_is_the_cpu_protocol_twice_as_long_with_big_three_times(table3)
 
 
 def test_the_parsing_pilot_sweep_resolves():
-  """experiments/wsj_parsing.py: the pinned pilot protocol, one change a row, equal steps."""
-  sweep = sweeps.load_sweep(os.path.join(REPO, "experiments", "wsj_parsing.py"))
-  runs = {r: row_runs.resolve(sweep, r, "pilot").config for r in sweeps.row_ids(sweep)}
+  """experiments/wsj_parsing: the pinned pilot protocol, one change a row, equal steps."""
+  sweep = study.load_sweep(os.path.join(REPO, "experiments", "wsj_parsing"))
+  runs = {r: resolve.resolve(sweep, r, "pilot").config for r in study.row_ids(sweep)}
   assert set(runs) == {"base", "lr10", "drop03", "words", "words_constrained"}
   for cfg in runs.values():
     assert cfg.data.task == "parsing" and cfg.train.num_steps == 900
@@ -371,19 +372,19 @@ def test_the_parsing_pilot_sweep_resolves():
 
 
 def test_the_head_width_sweep_crosses_head_count_with_head_width(table3):
-  """experiments/head_width.py: h in {1, 8} x d_k = d_v in {8, 64} at cpu_long's protocol, two
+  """experiments/head_width: h in {1, 8} x d_k = d_v in {8, 64} at cpu_long's protocol, two
   seeds a row; its base and h1_dk64 are table3's base and A h=1 at cpu_long, to the config key."""
-  sweep = sweeps.load_sweep(os.path.join(REPO, "experiments", "head_width.py"))
+  sweep = study.load_sweep(os.path.join(REPO, "experiments", "head_width"))
   assert list(sweep.scales) == ["cpu_long"]
-  runs = {r: row_runs.resolve(sweep, r, "cpu_long") for r in sweeps.row_ids(sweep)}
+  runs = {r: resolve.resolve(sweep, r, "cpu_long") for r in study.row_ids(sweep)}
   heads = {r: (v.config.model.num_heads, v.config.model.d_k, v.config.model.d_v)
            for r, v in runs.items()}
   assert heads == {"base": (8, 8, 8), "h1_dk64": (1, 64, 64), "h1_dk8": (1, 8, 8),
                    "h8_dk64": (8, 64, 64)}
   for r in runs:
-    assert row_runs.seeds_of(sweep, "cpu_long", r) == [0, 1]
+    assert resolve.seeds_of(sweep, "cpu_long", r) == [0, 1]
     assert runs[r].config.train.num_steps == 6000 and runs[r].two_thirds_step == 4000
   for mine, theirs in (("base", "base"), ("h1_dk64", "A_h1")):
-    t3 = row_runs.resolve(table3, theirs, "cpu_long")
+    t3 = resolve.resolve(table3, theirs, "cpu_long")
     assert runs[mine].config.to_dict() == t3.config.to_dict()
     assert runs[mine].overrides == t3.overrides

@@ -21,7 +21,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.common import DATA_DIR, REPO, TINY_CLI_FLAGS, requires_data, xla_flags
+from tests.common import DATA_DIR, REPO, requires_data, TINY_CLI_FLAGS, xla_flags
 from transformer_jax.training import metrics
 
 # One xdist worker runs the module, so its vocabulary and reference run are built once (conftest).

@@ -12,11 +12,11 @@ import time
 
 import pytest
 
-from transformer_jax.runtime import exceptions
 from transformer_jax import train
-from transformer_jax.training import checkpoint, metrics, workdir as workdir_lib
+from transformer_jax.runtime import exceptions
 from transformer_jax.runtime.config import default_config
 from transformer_jax.runtime.exceptions import ConfigError
+from transformer_jax.training import checkpoint, metrics, workdir as workdir_lib
 
 
 def _write_lock(workdir, **holder):

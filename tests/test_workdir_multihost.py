@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from tests.common import requires_data
-from tests.test_multihost import TIMEOUT_S, _free_port, _start
+from tests.test_multihost import _free_port, _start, TIMEOUT_S
 
 pytestmark = [requires_data, pytest.mark.slow]
 
