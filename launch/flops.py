@@ -19,9 +19,9 @@ from absl import flags
 from transformer_jax.runtime import cli, markdown
 from transformer_jax.runtime.config import ModelConfig
 from transformer_jax.runtime.exceptions import ConfigError
-from transformer_jax.training.metrics import train_flops
 from transformer_jax.runtime.overrides import load_config_file
 from transformer_jax.tools.params import count_params
+from transformer_jax.training.metrics import train_flops
 
 _TOKENS = flags.DEFINE_integer("tokens", 25_000, "Tokens per side per step.", lower_bound=1)
 _LENGTH = flags.DEFINE_integer("length", 32, "Padded row length.", lower_bound=1)

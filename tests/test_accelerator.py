@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from benchmarks import accelerator, settings, train_step
-from launch import accelerator_check
+from launch import accelerator_stages
 from transformer_jax.runtime.overrides import load
 from transformer_jax.runtime.special_ids import EOS_ID, PAD_ID
 
@@ -106,7 +106,7 @@ def test_cudnn_and_einsum_agree_on_a_padded_batch():
   assert cudnn["finite"] and einsum["finite"] and cudnn["loss"] > 0 and cudnn["grad_norm"] > 0
   assert any("sequence lengths" in line for line in cudnn["attention"]), cudnn["attention"]
   assert einsum["attention"] == ["attention: einsum (written out, XLA fuses it)"]
-  assert accelerator_check.agreement_verdict(r) == [], r
+  assert accelerator_stages.agreement_verdict(r) == [], r
   assert einsum["loss_rel_diff"] < 1e-2 and einsum["grad_rel_diff"] < 5e-2
 
 
@@ -114,7 +114,7 @@ def test_the_verdict_names_a_nan_and_a_disagreement():
   r = {"impls": {"cudnn": {"finite": False},
                  "einsum": {"finite": True, "loss_rel_diff": 0.5, "grad_norm_rel_diff": 0.0,
                             "grad_rel_diff": float("nan")}}}
-  assert accelerator_check.agreement_verdict(r) == [
+  assert accelerator_stages.agreement_verdict(r) == [
       "cudnn: non-finite loss or gradient", "einsum: loss_rel_diff 5.00e-01 > 0.01",
       "einsum: grad_rel_diff nan > 0.05"]
 
