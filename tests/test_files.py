@@ -172,6 +172,27 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
   assert files.read_text(path) == "old" and os.listdir(tmp_path) == ["config.json"]
 
 
+def test_an_interrupted_result_write_leaves_the_old_files_and_no_part(tmp_path, monkeypatch):
+  """Ctrl-C in the middle of writing a result (here: as the finished bytes are renamed into
+  place) leaves the previous JSON and Markdown whole and no temporary file beside them."""
+  from transformer_jax.runtime import results  # pylint: disable=g-import-not-at-top
+  stem = str(tmp_path / "report")
+  results.write_result(stem, {"bleu": 1.0}, "# old\n")
+  real_replace = os.replace
+
+  def interrupted(src, dst):
+    with open(src, encoding="utf-8") as f:
+      assert f.read()  # the new bytes were all written before the rename
+    raise KeyboardInterrupt
+  monkeypatch.setattr(os, "replace", interrupted)
+  with pytest.raises(KeyboardInterrupt):
+    results.write_result(stem, {"bleu": 2.0}, "# new\n")
+  monkeypatch.setattr(os, "replace", real_replace)
+  assert results.read_json(stem + ".json") == {"bleu": 1.0}
+  assert files.read_text(stem + ".md") == "# old\n"
+  assert sorted(os.listdir(tmp_path)) == ["report.json", "report.md"]
+
+
 def _checkpointed_workdir(url: str, local, steps=(1, 2)):
   """A workdir `url` in the fake store holding checkpoints of a tiny model at `steps`, each
   with its own parameters (state + step)."""
