@@ -25,7 +25,7 @@ from absl import flags
 
 from experiments.harness import processes, study
 from experiments.harness.resolve import format_value, resolve as resolve_row, Resolved
-from transformer_jax.runtime import dotted, results
+from transformer_jax.runtime import cli, dotted, results
 from transformer_jax.runtime.exceptions import ConfigError
 from transformer_jax.runtime.markdown import table
 from transformer_jax.runtime.overrides import load_config_file, parse_overrides, REPO
@@ -113,15 +113,18 @@ def _side_by_side(args, overrides, folder, name, shares):
 
 
 def main(argv=None) -> None:
+  """The benchmark for `argv` (program name first; default this process's); a mistake in the
+  flags or the row is a ConfigError."""
   argv = argv or sys.argv
-  FLAGS.unparse_flags()  # each call parses its own arguments only
-  try:
-    extra = FLAGS(argv)
-    if len(extra) > 1:
-      raise ConfigError(f"unexpected arguments {' '.join(extra[1:])}")
-    overrides, recorded_settings = row_settings(FLAGS)
-  except (flags.Error, ConfigError) as e:
-    raise SystemExit(f"error: {str(e).splitlines()[0]}") from None
+  measure(cli.parse_or_raise(argv, FLAGS, overrides=False), argv)
+
+
+def measure(extra, argv=None) -> None:
+  """The benchmark, once FLAGS are parsed (`extra`: the arguments left, program name first)."""
+  argv = argv or sys.argv
+  if len(extra) > 1:
+    raise ConfigError(f"unexpected arguments {' '.join(extra[1:])}")
+  overrides, recorded_settings = row_settings(FLAGS)
   record = report.start(shlex.join(["python", "-m", "benchmarks.parallel_runs", *argv[1:]]),
                         recorded_settings)
   one_core = processes.cpu_shares(len(os.sched_getaffinity(0)))
@@ -152,4 +155,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-  main()
+  cli.run(measure, flag_values=FLAGS, overrides=False)

@@ -27,7 +27,7 @@ the base schedule; the number of steps is not given (100k here, as base). Sectio
 - one piece may mix scripts in the shared vocabulary (data/tokenizer.py), so that `(NP` is one
   token: otherwise every bracket is two tokens and targets are 1.6x as long.
 - POS tags are not predicted and brackets are closed with their label, as Vinyals et al. 2015
-  (the paper does not say; data/trees.py has why); the full treebank writes each word as XX as
+  (the paper does not say; tasks/parsing/treebank.py has why); the full treebank writes each word as XX as
   they did, the sample the word itself (below).
 Deviations of the sample variant only, for 3396 training trees and 2 shared CPU cores:
 - each word written as itself, not XX (data.parse_leaves='words'): after the same 50 minutes,

@@ -253,6 +253,6 @@ def main(argv):
 if __name__ == "__main__":
   define_flags()
   if _cli is not None:
-    _cli.run(main)
+    _cli.run(main, overrides=False)
   else:  # without the carried wheels: still a summary, whose stages say what is missing
     app.run(main)

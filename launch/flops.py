@@ -21,7 +21,6 @@ from transformer_jax.runtime.config import ModelConfig
 from transformer_jax.runtime.exceptions import ConfigError
 from transformer_jax.runtime.overrides import load_config_file
 from transformer_jax.tools.params import count_params
-from transformer_jax.training.metrics import train_flops
 
 _TOKENS = flags.DEFINE_integer("tokens", 25_000, "Tokens per side per step.", lower_bound=1)
 _LENGTH = flags.DEFINE_integer("length", 32, "Padded row length.", lower_bound=1)
@@ -65,6 +64,8 @@ def model_config(spec: str) -> ModelConfig:
 
 
 def step_flops(cfg: ModelConfig, tokens: int, length: int) -> float:
+  # JAX loads here: a flag mistake is reported before it.
+  from transformer_jax.training.metrics import train_flops  # pylint: disable=g-import-not-at-top
   rows = tokens / length
   return train_flops(cfg, rows, length, length)
 
@@ -118,4 +119,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  cli.run(main)
+  cli.run(main, overrides=False)

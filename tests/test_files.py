@@ -210,7 +210,11 @@ def _checkpointed_workdir(url: str, local, steps=(1, 2)):
                                                                   state.params)), config)
   manager.wait_until_finished()
   manager.close()
-  files.makedirs(url)
+  proto = tokenizer.train_sentencepiece(  # the run's vocabulary, which averaging checks
+      [f"ein kleiner satz nummer {i} mit worten" for i in range(200)], vocab_type="bpe",
+      vocab_size=40)
+  files.makedirs(files.parent(tokenizer.vocab_path(url)))
+  files.write_bytes(tokenizer.vocab_path(url), proto)
   return state
 
 
@@ -255,5 +259,5 @@ def test_a_failed_average_in_the_store_leaves_no_folder(fake_gcs, monkeypatch):
   with pytest.raises(exceptions.CheckpointError, match="nothing written"):
     averaging.average_workdir(url, 2)
   assert not files.exists(url + "/averaged")
-  assert sorted(files.listdir(url)) == ["checkpoints"]
+  assert sorted(files.listdir(url)) == ["checkpoints", "vocab"]
 

@@ -29,6 +29,8 @@ ALLOWED_LAZY = {
     ("transformer_jax.main", "transformer_jax.training.averaging"),
     ("transformer_jax.main", "transformer_jax.inference.evaluate"),
     ("transformer_jax.main", "transformer_jax.inference.translate"),
+    # The parameter count checks its flags and config before JAX loads (the model imports it).
+    ("transformer_jax.tools.params", "transformer_jax.model.transformer"),
 }
 
 

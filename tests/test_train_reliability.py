@@ -270,7 +270,8 @@ def test_incompatible_checkpoint_is_one_line_and_nothing_is_written(tmp_path, vo
   assert result.returncode == 2
   assert "Traceback" not in result.stderr
   last = result.stderr.strip().splitlines()[-1]
-  assert last.startswith("error: checkpoint") and "incompatible" in last and "(64" in last
+  assert last.startswith("error: config key 'model.d_ff' is 96 but the checkpoint at step 2")
+  assert "(64,) there but (96,)" in last
   assert sorted(os.listdir(os.path.join(run, "checkpoints"))) == before
 
 

@@ -283,10 +283,12 @@ def test_checkpoints_at_multiples_of_keep_every_steps_outlive_keep_checkpoints(t
   manager.close()
 
 
-def test_compare_with_a_workdir_picks_its_newest_eval_of_the_same_sentences(tmp_path):
+def test_compare_with_a_workdir_picks_its_newest_eval_of_the_same_sentences(tmp_path, monkeypatch):
   """`--compare=<workdir>`: a partial (`--bleu_sentences=n`) report is the baseline only when n
-  sentences were translated here; otherwise the newest full one, and none fitting is one line."""
+  sentences were translated here; otherwise the newest full one, and none fitting is one line.
+  (The workdir's checkpoint and vocabulary checks are tests/test_loading.py's.)"""
   from transformer_jax.inference import evaluate  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(evaluate.trained, "open_workdir", lambda *args, **kwargs: None)
   w = str(tmp_path)
   os.makedirs(os.path.join(w, workdir_lib.EVAL_FOLDER))
   for age, (n, lines) in enumerate([(0, 6), (5, 5), (0, 6), (3, 3)]):
@@ -295,8 +297,8 @@ def test_compare_with_a_workdir_picks_its_newest_eval_of_the_same_sentences(tmp_
       f.write("".join(f"{stem[-12:]} {i}\n" for i in range(lines)))
     os.utime(stem + ".txt", (1000 + age, 1000 + age))
   full = evaluate._comparison_hypotheses(w, "validation", 6)
-  assert full[0].endswith("step300 0")     # the newest with 6 lines, not the newer 3-line one
-  assert evaluate._comparison_hypotheses(w, "validation", 3)[0].endswith("0_bleu3 0")
+  assert full.lines[0].endswith("step300 0")     # the newest with 6 lines, not the newer 3-line one
+  assert evaluate._comparison_hypotheses(w, "validation", 3).lines[0].endswith("0_bleu3 0")
   with pytest.raises(ConfigError, match=r"no evaluation of 'validation' with 4 sentences"):
     evaluate._comparison_hypotheses(w, "validation", 4)
   with pytest.raises(ConfigError, match=r"no evaluation of 'test'"):

@@ -110,6 +110,7 @@ def main(argv):
       print(f"vocabulary in {train.prepare_vocabulary(config, workdir)}")
   elif mode == "average":
     from transformer_jax.training import averaging  # pylint: disable=g-import-not-at-top
+    files_lib.check_exists(workdir, "--workdir")
     out = averaging.average_workdir(workdir, average, step=_STEP.value)
     print(f"averaged checkpoints written to {out}")
   elif mode == "eval":

@@ -41,7 +41,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from transformer_jax.data import pipeline, tokenizer
+from transformer_jax.data import pipeline, sources, tokenizer
 from transformer_jax.inference import evaluate as evaluate_lib
 from transformer_jax.model import attention, matmul, sharding
 from transformer_jax.runtime import distributed, files
@@ -144,6 +144,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     logging.warning("%s", slow)
   mesh = sharding.make_mesh(config.mesh)
   sharding.check_divisibility(config, mesh)
+  _check_inputs(config, task)
   with workdir_lib.claim(workdir, "training") as workdir:
     saver = checkpoint.Saver(checkpoint.make_manager(checkpoint.checkpoint_dir(workdir),
                                                      keep=config.train.keep_checkpoints,
@@ -165,9 +166,17 @@ def prepare_vocabulary(config: ml_collections.ConfigDict, workdir: str) -> str:
   side (experiments/harness/runner.py)."""
   validate(config)
   task = registry.get(config)
+  _check_inputs(config, task)
   with workdir_lib.claim(workdir, "training the vocabulary") as workdir:
     distributed.process_zero_first("vocab", lambda: _vocabulary(config, workdir, task))
     return tokenizer.vocab_path(workdir)
+
+
+def _check_inputs(config, task) -> None:
+  """Every split's files read and checked before the workdir is claimed or the vocabulary
+  trained: a bad dev or test file is refused with nothing written (process 0 first, so the
+  others read what it prepared)."""
+  distributed.process_zero_first("inputs", lambda: sources.check_splits(config, task.read_split))
 
 
 def _vocabulary(config, workdir: str, task) -> tokenizer.Tokenizer:
@@ -183,7 +192,7 @@ def _train(config, workdir, saver, mesh, task) -> dict:
   abstract_state, state_sh = step_lib.state_shardings(config, mesh)
   # Refuse an incompatible workdir before anything is written into it.
   if manager.latest_step() is not None:
-    checkpoint.check_compatible(manager, manager.latest_step(), abstract_state)
+    checkpoint.check_compatible(manager, manager.latest_step(), abstract_state, config)
 
   tok = distributed.process_zero_first(  # trained once into WORKDIR/vocab, then loaded by all
       "vocab", lambda: _vocabulary(config, workdir, task))
@@ -211,8 +220,14 @@ def _train(config, workdir, saver, mesh, task) -> dict:
     logging.info("starting a new run in %s", workdir)
     if restored.quarantined:
       _set_aside_logs(workdir, restored.quarantined)
+  elif start_step >= t_cfg.num_steps:  # checked as any resume, then nothing to do
+    _check_resume(restored, config, workdir, saver, tok, announce=False)
+    print(f"nothing to train: the checkpoint at step {start_step} in {workdir} is already "
+          f"{'past' if start_step > t_cfg.num_steps else 'at'} the run's end, "
+          f"train.num_steps={t_cfg.num_steps} (give a larger one to train on)", flush=True)
+    return {}
   else:
-    _check_resume(restored, config, workdir, saver)
+    _check_resume(restored, config, workdir, saver, tok)
     left = (f" ({minutes_left:.2f} of train.max_train_minutes={budget / 60:.2f} left)"
             if budget and spent < budget else "")
     print(f"resuming from the checkpoint at step {start_step} in {workdir}{left}", flush=True)
@@ -298,24 +313,17 @@ def _train(config, workdir, saver, mesh, task) -> dict:
   return dev_metrics
 
 
-def _check_resume(restored: checkpoint.Restored, config, workdir: str, saver) -> None:
+def _check_resume(restored: checkpoint.Restored, config, workdir: str, saver, tok,
+                  announce: bool = True) -> None:
   """A resume continues the run of its checkpoint: the same vocabulary, and a config that changes
   only what the finished steps never saw (branch.check_resume); the accepted changes are
-  recorded with the step (checkpoint.record_changes, once the resumed run's first checkpoint
-  exists)."""
-  # The same vocabulary is one that segments alike (older checkpoints: the same file bytes).
-  by_pieces = "vocab_fingerprint" in restored.progress
-  vocab_key = "vocab_fingerprint" if by_pieces else "vocab_sha256"
-  saved_vocab = restored.progress.get(vocab_key)  # neither in the oldest checkpoints
-  if saved_vocab and saved_vocab != saver.progress[vocab_key]:
-    raise ConfigError(f"{workdir}/vocab is not the vocabulary the checkpoint at step "
-                      f"{restored.step} was trained with (its "
-                      f"{'pieces differ' if by_pieces else 'SHA-256 differs'}): token ids would "
-                      "mean other pieces; put the run's own vocab/ back, or train in a new --workdir")
+  printed (unless not `announce`: a run with nothing to train records none) and recorded with
+  the step (checkpoint.record_changes, once the resumed run's first checkpoint exists)."""
+  checkpoint.check_vocabulary(restored.progress, tok, tokenizer.vocab_path(workdir), restored.step)
   changes = {}
   if restored.config is not None:
     changes = branch.check_resume(restored.config, config, restored.step, workdir)
-  for key, (old, new) in changes.items():
+  for key, (old, new) in changes.items() if announce else ():
     print(f"resuming with {key}={new!r} (was {old!r}); recorded in "
           f"{checkpoint.CHANGES_FILE}", flush=True)
   saver.resumed = (restored.step, changes)

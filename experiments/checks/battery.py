@@ -129,4 +129,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  cli.run(main)
+  cli.run(main, overrides=False)

@@ -17,8 +17,9 @@ import os
 import random
 
 import nltk
-from PYEVALB import scorer as pyevalb_scorer
 
+from transformer_jax.runtime import cli
+from transformer_jax.runtime.exceptions import ConfigError
 from transformer_jax.tasks.parsing import parseval, repair, treebank as trees
 
 
@@ -34,7 +35,13 @@ def _conventions_applied(tree: nltk.Tree, deleted: list[bool]) -> nltk.Tree | No
   return walk(tree)
 
 
-def main():
+def main(argv):
+  if len(argv) > 1:
+    raise ConfigError(f"unexpected arguments: {' '.join(argv[1:])}")
+  try:
+    from PYEVALB import scorer as pyevalb_scorer  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    raise ConfigError("PYEVALB is not installed: pip install PYEVALB==0.1.3") from None
   folder = os.path.join(os.environ.get("TRANSFORMER_JAX_DATA_DIR", "../shared/data"),
                         "ptb-sample", "combined")
   examples = trees.read_examples(tuple(trees.select_files(folder, "wsj_0001-wsj_0179", "sample")))
@@ -80,4 +87,4 @@ def main():
 
 
 if __name__ == "__main__":
-  main()
+  cli.run(main, overrides=False)

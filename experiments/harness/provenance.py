@@ -34,9 +34,10 @@ import re
 import shlex
 import sys
 
-from absl import app, flags
+from absl import flags
 
 from experiments.harness import records, resolve, study
+from transformer_jax.runtime import cli
 from transformer_jax.runtime.dotted import flatten
 from transformer_jax.runtime.exceptions import ConfigError
 from transformer_jax.runtime.overrides import load, parse_overrides, REPO
@@ -305,16 +306,12 @@ def summary(findings: list[Finding], archived: int) -> str:
 
 def main(argv):
   if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    raise ConfigError(f"unexpected arguments: {' '.join(argv[1:])}")
   roots = [_RESULTS.value] if _RESULTS.value else results_folders()
   findings, archived = [], 0
-  try:
-    for root in roots:
-      more, skipped = check_folder(root)
-      findings, archived = findings + more, archived + skipped
-  except ConfigError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
+  for root in roots:
+    more, skipped = check_folder(root)
+    findings, archived = findings + more, archived + skipped
   shown = _RESULTS.value or os.path.join(REPO, "experiments")
   for finding in findings:
     print(finding.line(shown))
@@ -323,4 +320,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main, overrides=False)

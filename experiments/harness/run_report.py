@@ -263,4 +263,4 @@ def report_markdown(r: dict) -> str:
 
 
 if __name__ == "__main__":
-  cli.run(main)
+  cli.run(main, overrides=False)

@@ -29,6 +29,7 @@ is not baked into the prepared files.
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import gzip
 import hashlib
@@ -64,11 +65,14 @@ def clean_text(text: str, html_unescape: bool = False) -> str:
 
 
 def open_lines(path: str) -> Iterator[bytes]:
-  """The lines of a plain or .gz text file, without line ends; DataError naming the file."""
+  """The lines of a plain or .gz text file, without line ends and without a UTF-8 byte-order
+  mark at its start (files saved on Windows); DataError naming the file."""
   opener = gzip.open if path.endswith(".gz") else open
   try:
     with opener(path, "rb") as f:
-      for line in f:
+      for n, line in enumerate(f):
+        if n == 0 and line.startswith(codecs.BOM_UTF8):
+          line = line[len(codecs.BOM_UTF8):]
         yield line.rstrip(b"\r\n")
   except FileNotFoundError:
     raise DataError(f"file not found: {path}") from None
@@ -373,6 +377,15 @@ def parallel_text_split(config, split: str) -> SplitSource:
     dataset_id = f"{d.dataset.replace('/', '_')}_{builder.version}"
   return SplitSource(records, d.source_lang, d.target_lang, dataset_id, d.html_unescape,
                      part_sizes or (len(records),))
+
+
+def check_splits(config, reader: SplitReader | None = None) -> None:
+  """Reads every configured split (train, validation, and test unless data.test_files is empty)
+  as `reader` does: a bad file is its DataError, naming the file and line, before anything is
+  written for the run (its vocabulary, its workdir)."""
+  for split in SPLITS:
+    if split != "test" or config.data.test_files:
+      split_source(config, split, reader)
 
 
 def load_split_texts(config, split: str,

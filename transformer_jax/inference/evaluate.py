@@ -42,8 +42,8 @@ from typing import Sequence
 import jax
 import ml_collections
 
-from transformer_jax.data import pipeline, sources as sources_lib, tokenizer as tok_lib
-from transformer_jax.inference.trained import checkpoint_config, ensemble_members
+from transformer_jax.data import pipeline, sources as sources_lib
+from transformer_jax.inference import trained
 from transformer_jax.inference.translate import Translator
 from transformer_jax.model import sharding
 from transformer_jax.runtime import files as files_lib
@@ -180,10 +180,10 @@ def evaluate_workdir(workdir: str, *, splits: Sequence[str] = ("test",),
     reason = files_lib.cannot_write_in(where) if files_lib.isdir(workdir) else None
     if reason:
       raise ConfigError(f"cannot write the reports to {eval_dir} ({reason}); nothing was evaluated")
-  params, config, step, overrides = checkpoint_config(workdir, override_args, average=average,
-                                                      step=step)
-  tok = tok_lib.load_tokenizer(workdir)  # never trains one: a workdir without vocab/ is an error
-  members = ensemble_members(workdir, ensemble, average=average, step=asked_step)
+  loaded = trained.load(workdir, override_args, average=average, step=step)
+  params, config, step, overrides, tok = (loaded.params, loaded.config, loaded.step,
+                                          loaded.overrides, loaded.tokenizer)
+  members = trained.ensemble_members(workdir, ensemble, average=average, step=asked_step, tok=tok)
   mesh = sharding.make_mesh(config.mesh)
   rows = sharding.batch_parallelism(mesh)
   requested = [dict(split=s) for s in splits] + [dict(files=tuple(f)) for f in files]
@@ -192,8 +192,7 @@ def evaluate_workdir(workdir: str, *, splits: Sequence[str] = ("test",),
   # The other system's outputs, read (and, for parsers, checked as trees) before anything is
   # decoded: a wrong --compare is one line at once, not after a whole decode.
   task = registry.get(config)
-  baselines = [task.read_baseline(_comparison_hypotheses(
-      compare, s.name, translated_count(s, bleu_sentences)), f"--compare={compare}")
+  baselines = [_read_baseline(task, compare, s, translated_count(s, bleu_sentences))
                if compare else None for s in sets]
   reports = []
   for eval_set, baseline in zip(sets, baselines):
@@ -253,11 +252,57 @@ def _write_set(stem: str, report: dict, eval_set: EvalSet, hypotheses: list[str]
   print(f"{line}; wrote {stem}.*", flush=True)
 
 
-def _comparison_hypotheses(path: str, set_name: str, count: int) -> list[str]:
+def _read_baseline(task: Task, compare: str, eval_set: EvalSet, count: int):
+  """The other system's outputs for the first `count` sentences of `eval_set`, as the task's
+  compare takes them, refused in one line unless they are outputs for the same sentences: the
+  sources a report records (beside its .txt), and what the task can tell from the outputs
+  themselves (a parser's leaves against the words)."""
+  baseline = _comparison_hypotheses(compare, eval_set.name, count)
+  what = f"--compare={compare}" + (f" ({baseline.path})" if baseline.path != compare else "")
+  mine = eval_set.sources[:count]
+  if baseline.sources is not None:
+    for i, (theirs, ours) in enumerate(zip(baseline.sources, mine)):
+      if theirs != ours:
+        raise ConfigError(f"{what}: line {i + 1} is the output for another sentence (its "
+                          f"source {theirs[:60]!r}, here {ours[:60]!r}, sentence {i + 1} of "
+                          f"{eval_set.name}); compare "
+                          "systems on the same sentences")
+  return task.read_baseline(baseline.lines, what, sources=mine)
+
+
+@dataclasses.dataclass
+class _Baseline:
+  """Another system's outputs: the file they were read from, and the sources its report
+  records beside it (None for a bare hypotheses file)."""
+  lines: list[str]
+  path: str
+  sources: list[str] | None = None
+
+
+def _recorded_sources(txt_path: str, count: int) -> list[str] | None:
+  """The sources of the first `count` sentences of the report beside an eval .txt (its .jsonl
+  written by _write_set), or None when there is none to read."""
+  jsonl = txt_path[:-len(".txt")] + ".jsonl"
+  if not txt_path.endswith(".txt") or not os.path.isfile(jsonl):
+    return None
+  out = []
+  for n, line in enumerate(read_lines(jsonl)[:count], start=1):
+    try:
+      out.append(str(json.loads(line)["source"]))
+    except (ValueError, KeyError, TypeError):
+      raise ConfigError(f"{jsonl} line {n} is not an evaluation record (JSON with a 'source')"
+                        ) from None
+  return out
+
+
+def _comparison_hypotheses(path: str, set_name: str, count: int) -> _Baseline:
   """The other system's translations: a hypotheses file (one per line), an eval report (.json,
-  its .txt beside it), or a workdir (its newest eval of the same set with as many sentences as
-  translated here: a `--bleu_sentences=n` report is chosen only when n sentences were)."""
+  its .txt beside it), or a trained workdir (loaded as trained.open_workdir checks one; its
+  newest eval of the same set with as many sentences as translated here: a `--bleu_sentences=n`
+  report is chosen only when n sentences were). A report's sources come with it."""
+  files_lib.check_exists(path, f"--compare={path}")
   if os.path.isdir(path):
+    trained.open_workdir(path, what=f"--compare={path}")
     folder = os.path.join(path, workdir_lib.EVAL_FOLDER)
     found = sorted((f for f in (os.listdir(folder) if os.path.isdir(folder) else [])
                     if f.startswith(f"{set_name}_step") and f.endswith(".txt")),
@@ -269,15 +314,17 @@ def _comparison_hypotheses(path: str, set_name: str, count: int) -> list[str]:
     for f in found:  # newest first; read only until one fits
       lines = read_lines(os.path.join(folder, f))
       if len(lines) == count:
-        return lines
+        chosen = os.path.join(folder, f)
+        return _Baseline(lines, chosen, _recorded_sources(chosen, count))
       seen.append(f"{f} ({len(lines)})")
     raise ConfigError(f"--compare={path}: no evaluation of '{set_name}' with {count} sentences "
                       f"in {folder} (found: {', '.join(seen)}); compare systems on the same "
                       "sentences")
-  if path.endswith(".json"):
+  report = path.endswith(".json")
+  if report:
     path = path[:-len(".json")] + ".txt"
   lines = read_lines(path)
   if len(lines) != count:
     raise ConfigError(f"--compare={path} has {len(lines)} lines but {count} sentences were "
                       "translated here; compare systems on the same sentences")
-  return lines
+  return _Baseline(lines, path, _recorded_sources(path, count) if report else None)

@@ -20,7 +20,6 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from transformer_jax.data import tokenizer as tok_lib
 from transformer_jax.decoding import decode
 from transformer_jax.inference import trained
 from transformer_jax.model import sharding
@@ -75,11 +74,11 @@ class Translator:
     `average` checkpoints (up to `step`), with `decode.*` overrides ('--config.decode.beam_size=1')
     applied on top of its config; `ensemble`: other workdirs whose models decode with it
     (trained.ensemble_members)."""
-    params, config, _, _ = trained.checkpoint_config(workdir, override_args, average=average,
-                                                      step=step)
-    tok = tok_lib.load_tokenizer(workdir)  # never trains one
-    members = trained.ensemble_members(workdir, ensemble, average=average, step=step)
-    return cls(params, config, tok, sharding.make_mesh(config.mesh),
+    loaded = trained.load(workdir, override_args, average=average, step=step)
+    members = trained.ensemble_members(workdir, ensemble, average=average, step=step,
+                                       tok=loaded.tokenizer)
+    return cls(loaded.params, loaded.config, loaded.tokenizer,
+               sharding.make_mesh(loaded.config.mesh),
                ensemble=[(m["model"], m["params"]) for m in members])
 
   def encode(self, sentences: Sequence[str], first_line: int = 1) -> list[list[int]]:

@@ -188,10 +188,34 @@ def read_lines(path: str) -> list[str]:
   with (stream if stream is not None else open(path, "rb")) as f:
     for n, raw in enumerate(f, start=1):
       try:
-        lines.append(raw.decode("utf-8").rstrip("\r\n"))
+        # a byte-order mark (files saved on Windows) opens the first line only
+        lines.append(raw.decode("utf-8-sig" if n == 1 else "utf-8").rstrip("\r\n"))
       except UnicodeDecodeError as e:
         raise ConfigError(f"{name} line {n} is not valid UTF-8 (byte {e.start})") from None
   return lines
+
+
+def dangling_symlink(path: str) -> str | None:
+  """Where the local `path` points when it is a symbolic link to nothing, else None."""
+  if is_remote(path) or not os.path.islink(path) or os.path.exists(path):
+    return None
+  return os.path.normpath(os.path.join(os.path.dirname(path), os.readlink(path)))
+
+
+def missing(path: str) -> str | None:
+  """Why the local `path` cannot be read ('does not exist', 'is a dangling symlink to X'), or
+  None when it is there. Object stores: None."""
+  if is_remote(path) or os.path.exists(path):
+    return None
+  target = dangling_symlink(path)
+  return f"is a dangling symlink to {target}" if target is not None else "does not exist"
+
+
+def check_exists(path: str, what: str) -> None:
+  """A one-line ConfigError `what`: PATH does not exist (or is a dangling symlink)."""
+  reason = missing(path)
+  if reason:
+    raise ConfigError(f"{what}: {path} {reason}")
 
 
 def cannot_write_in(folder: str) -> str | None:
@@ -199,6 +223,9 @@ def cannot_write_in(folder: str) -> str | None:
   tried with a file created and removed at once. Object stores: None."""
   if is_remote(folder):
     return None
+  target = dangling_symlink(folder)
+  if target is not None:
+    return f"it is a dangling symlink to {target}"
   if not os.path.isdir(folder):
     return "no such folder"
   probe = os.path.join(folder, f".write-check-{os.getpid()}-{threading.get_ident()}")

@@ -62,10 +62,12 @@ class Task(abc.ABC):
     """(metrics, post-processed outputs) of the decoded texts of `sources_` against
     `references`."""
 
-  def read_baseline(self, lines: Sequence[str], what: str) -> Sequence[Any]:
-    """Another system's outputs as `compare` takes them; a ConfigError naming `what` when they
-    cannot be (read before anything is decoded)."""
-    del what
+  def read_baseline(self, lines: Sequence[str], what: str,
+                    sources: Sequence[str] | None = None) -> Sequence[Any]:
+    """Another system's outputs as `compare` takes them, for `sources` (the sentences scored
+    here, one per line); a ConfigError naming `what` and the line when they cannot be, or are
+    outputs of other sentences as far as the task can tell (read before anything is decoded)."""
+    del what, sources
     return lines
 
   @abc.abstractmethod

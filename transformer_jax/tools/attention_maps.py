@@ -29,7 +29,9 @@ from absl import flags
 
 from transformer_jax.inference.translate import Translator
 from transformer_jax.model.transformer import Transformer
+from transformer_jax.runtime import cli
 from transformer_jax.runtime.config import ModelConfig
+from transformer_jax.runtime.exceptions import ConfigError
 from transformer_jax.runtime.special_ids import EOS_ID
 from transformer_jax.training import checkpoint
 
@@ -144,7 +146,7 @@ def maps_from_translator(translator, sentences: Sequence[str]) -> list[SentenceM
   """Translates `sentences` with beam search, then captures the maps of (sentence, translation)."""
   sentences = [s for s in sentences if s.strip()]
   if not sentences:
-    raise ValueError("no non-empty sentence to draw")
+    raise ConfigError("--sentence: no non-empty sentence to draw")
   source_ids = translator.encode(sentences)
   output_ids = translator.translate_ids(source_ids)
   return sentence_maps(translator.model_config, translator.params, translator.tokenizer,
@@ -361,14 +363,15 @@ flags.mark_flags_as_required(["workdir", "out"], flag_values=FLAGS)
 
 def main(argv: Sequence[str] | None = None) -> int:
   """`python -m transformer_jax.tools.attention_maps --workdir=W --out=DIR [--sentence=...]`; `argv`
-  without the program name."""
-  FLAGS.unparse_flags()  # each call parses its own arguments only
-  try:
-    rest = FLAGS(["attention_maps", *argv] if argv is not None else sys.argv)
-  except flags.Error as e:
-    raise SystemExit(f"error: {str(e).splitlines()[0]}") from None
+  without the program name (default: this process's). A mistake in them is a ConfigError."""
+  args = sys.argv[1:] if argv is None else list(argv)
+  return draw(cli.parse_or_raise(["attention_maps", *args], FLAGS, overrides=False))
+
+
+def draw(rest: Sequence[str]) -> int:
+  """The maps FLAGS ask for, once parsed (`rest`: the arguments left, program name first)."""
   if len(rest) > 1:
-    raise SystemExit(f"error: unexpected arguments: {' '.join(rest[1:])}")
+    raise ConfigError(f"unexpected arguments: {' '.join(rest[1:])}")
   args = FLAGS
   translator = Translator.from_workdir(args.workdir, step=args.step, average=args.average)
   if args.average:
@@ -388,4 +391,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  cli.run(draw, flag_values=FLAGS, overrides=False)

@@ -1,21 +1,31 @@
 """Parameter counts, exact, from the model's own initializer (nothing is allocated).
 
-  python -m transformer_jax.tools.params --config=configs/big.py
+  python -m transformer_jax.tools.params --config=configs/big.py [--config.KEY=VALUE]...
+
+JAX and the model are imported when a count is asked for: a mistake in the flags or the config
+is reported (one line, exit 2) before they load.
 """
 
 from __future__ import annotations
 
-import flax.linen as nn
-import jax
-import jax.numpy as jnp
-import numpy as np
+from absl import flags
 
-from transformer_jax.model.transformer import Transformer
+from transformer_jax.runtime import cli, overrides as overrides_lib
 from transformer_jax.runtime.config import ModelConfig
+from transformer_jax.runtime.exceptions import ConfigError
+
+# Its own flag set: other entry points import this module beside their own `--config`.
+FLAGS = flags.FlagValues()
+flags.DEFINE_string("config", "configs/base.py", "Run config file (with an optional :variant).",
+                    flag_values=FLAGS)
 
 
 def param_shapes(cfg: ModelConfig):
   """The parameter tree of `cfg` as ShapeDtypeStructs (logical-axis boxes removed)."""
+  import flax.linen as nn  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from transformer_jax.model.transformer import Transformer  # pylint: disable=g-import-not-at-top
   ids = jnp.ones((1, 4), jnp.int32)
   variables = jax.eval_shape(lambda: Transformer(cfg).init(jax.random.key(0), ids, ids))
   return nn.meta.unbox(variables["params"])
@@ -32,17 +42,18 @@ def count_params(cfg: ModelConfig) -> int:
 
 
 def count_tree(params) -> int:
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
   return int(sum(np.size(leaf) for leaf in jax.tree.leaves(params)))
 
 
 def main(argv):
-  del argv
-  cfg = ModelConfig.from_config(_CONFIG.value.model)
-  print(f"{count_params(cfg):,} parameters ({count_params(cfg) / 1e6:.1f}M)")
+  if len(argv) > 1:
+    raise ConfigError(f"unexpected arguments: {' '.join(argv[1:])}")
+  cfg = ModelConfig.from_config(overrides_lib.load(FLAGS.config, cli.OVERRIDE_ARGS).model)
+  count = count_params(cfg)
+  print(f"{count:,} parameters ({count / 1e6:.1f}M)")
 
 
 if __name__ == "__main__":
-  from absl import app  # pylint: disable=g-import-not-at-top
-  from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
-  _CONFIG = config_flags.DEFINE_config_file("config", "configs/base.py", "Run config file.")
-  app.run(main)
+  cli.run(main, flag_values=FLAGS)

@@ -3,7 +3,9 @@
 The paper averages the last 5 checkpoints (written at 10-minute intervals) for the base model
 and the last 20 for big. `average_workdir(workdir, k)` writes the average as an ordinary
 checkpoint in `WORKDIR/averaged/last<k>/<step>` (step = the newest averaged step), with the run
-config, so it loads like any other (`checkpoint.load_params`, `Translator`, `--mode=eval`).
+config and the vocabulary's fingerprint, so it loads like any other (`checkpoint.load_params`,
+`Translator`, `--mode=eval`). The workdir's vocabulary is checked against the checkpoints'
+before anything is written (checked_progress).
 An existing average of the same checkpoints is reused, never rewritten. Writing a new one holds
 the workdir lock (workdir.claim), so it never races a training run deleting old checkpoints or
 another averaging of the same workdir.
@@ -19,6 +21,7 @@ import jax.numpy as jnp
 import ml_collections
 import orbax.checkpoint as ocp
 
+from transformer_jax.data import tokenizer as tok_lib
 from transformer_jax.model import sharding
 from transformer_jax.runtime import files
 from transformer_jax.runtime.exceptions import CheckpointError
@@ -48,13 +51,14 @@ def average_workdir(workdir: str, k: int, step: int | None = None) -> str:
     raise CheckpointError(f"asked to average the last {k} checkpoints but {source} holds "
                           f"{len(steps)} ({', '.join(map(str, steps)) or 'none'}); nothing written")
   chosen = steps[-k:]
+  progress = checked_progress(workdir, source, chosen[-1])
   out_dir = averaged_dir(workdir, k)
   if files.isdir(out_dir) and chosen[-1] in checkpoint.make_manager(
       out_dir, read_only=True, with_data=False).all_steps():
     return out_dir
   with workdir_lib.claim(workdir, f"averaging the last {k} checkpoints"):
     try:
-      return _write_average(reader, source, chosen, out_dir, steps)
+      return _write_average(reader, source, chosen, out_dir, steps, progress)
     except BaseException:
       for folder in (out_dir, files.parent(out_dir)):  # no empty folders left behind
         files.remove_empty_dir(folder)
@@ -64,7 +68,18 @@ def average_workdir(workdir: str, k: int, step: int | None = None) -> str:
         reader.close()  # Orbax's threads stop here, not in callbacks after the error is shown
 
 
-def _write_average(reader, source: str, chosen: list[int], out_dir: str, steps: list[int]) -> str:
+def checked_progress(workdir: str, directory: str, step: int) -> dict:
+  """The 'progress' item of checkpoint `step` in `directory`, once WORKDIR's vocabulary is found
+  to be the one it was trained with (checkpoint.check_vocabulary): an average is checked before
+  it is written, as any loaded checkpoint is."""
+  _, _, progress = checkpoint.saved_run(directory, step)
+  checkpoint.check_vocabulary(progress, tok_lib.load_tokenizer(workdir), tok_lib.vocab_path(workdir),
+                              step)
+  return progress
+
+
+def _write_average(reader, source: str, chosen: list[int], out_dir: str, steps: list[int],
+                   progress: dict) -> str:
   k = len(chosen)
   existing = checkpoint.make_manager(out_dir, with_data=False, async_save=False)
   if chosen[-1] in existing.all_steps():  # written by another process meanwhile
@@ -85,7 +100,9 @@ def _write_average(reader, source: str, chosen: list[int], out_dir: str, steps: 
     last_state = state
   mean = jax.tree.map(lambda t, p: (t / k).astype(p.dtype), total, last_state.params)
   averaged = last_state.replace(params=mean)
-  checkpoint.save(existing, chosen[-1], averaged, config)
+  vocab = {k: v for k, v in progress.items() if k.startswith("vocab_")}  # checked on each load
+  checkpoint.save(existing, chosen[-1], averaged, config,
+                  train_seconds=progress.get("train_seconds", 0.0), progress=vocab)
   existing.wait_until_finished()
   existing.close()
   # beside the checkpoint folder: which steps

@@ -29,7 +29,7 @@ import orbax.checkpoint as ocp
 from absl import logging
 
 from transformer_jax.model import sharding
-from transformer_jax.runtime import distributed, files, orbax_logs
+from transformer_jax.runtime import distributed, dotted, files, orbax_logs
 from transformer_jax.runtime.config import validate, with_defaults
 from transformer_jax.runtime.exceptions import CheckpointError, ConfigError, SaveError
 from transformer_jax.training import step as step_lib
@@ -215,8 +215,10 @@ def _flat_shapes(tree) -> dict[str, tuple]:
           for path, leaf in flat}
 
 
-def check_compatible(manager: ocp.CheckpointManager, step: int, abstract_state) -> None:
-  """Raises CheckpointError naming the first parameter whose saved shape differs."""
+def check_compatible(manager: ocp.CheckpointManager, step: int, abstract_state,
+                     config: ml_collections.ConfigDict | None = None) -> None:
+  """Raises CheckpointError naming the first parameter whose saved shape differs, and with
+  `config` (the run's) the model key whose change made it, as every forbidden change is named."""
   try:
     meta = manager.item_metadata(step)["state"]
   except Exception:  # noqa: BLE001 - unreadable metadata: let the restore report it
@@ -227,13 +229,44 @@ def check_compatible(manager: ocp.CheckpointManager, step: int, abstract_state) 
   wanted = _flat_shapes(abstract_state)
   for key, shape in wanted.items():
     if key in saved and saved[key] != shape:
+      why = f"parameter {key} has shape {saved[key]} there but {shape} in this config"
+    elif key not in saved and key.startswith("params/"):
+      why = f"it has no parameter {key}"
+    else:
+      continue
+    named = _changed_model_key(manager, step, config, saved.get(key, ()), shape)
+    if named:
+      changed, (old, new) = named
       raise CheckpointError(
-          f"checkpoint {manager.directory}/{step} is from an incompatible config: parameter "
-          f"{key} has shape {saved[key]} there but {shape} in this config; use another --workdir")
-    if key not in saved and key.startswith("params/"):
-      raise CheckpointError(
-          f"checkpoint {manager.directory}/{step} is from an incompatible config: it has no "
-          f"parameter {key}; use another --workdir")
+          f"config key '{changed}' is {new!r} but the checkpoint at step {step} in "
+          f"{manager.directory} was trained with {old!r} ({why}); a resume cannot change the "
+          "model's shapes: train it in a new --workdir")
+    raise CheckpointError(f"checkpoint {manager.directory}/{step} is from an incompatible "
+                          f"config: {why}; use another --workdir")
+
+
+def _changed_model_key(manager: ocp.CheckpointManager, step: int,
+                       config: ml_collections.ConfigDict | None, saved_shape: tuple,
+                       shape: tuple) -> tuple[str, tuple] | None:
+  """The `model.*` key (dotted, with its (saved, new) values) whose value in `config` differs
+  from the one stored with checkpoint `step`: the one whose values are among the two shapes'
+  sizes when there is one, else the first; None without a config or a stored one."""
+  if config is None:
+    return None
+  try:
+    stored = manager.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore()))["config"]
+  except Exception:  # noqa: BLE001 - no readable config: the shape alone is named
+    return None
+  if not stored:
+    return None
+  before = dotted.flatten(with_defaults(stored).to_dict().get("model", {}))
+  after = dotted.flatten(config.to_dict().get("model", {}))
+  changed = [(f"model.{k}", (before.get(k), after.get(k))) for k in sorted(set(before) | set(after))
+             if before.get(k) != after.get(k)]
+  for name, (old, new) in changed:
+    if isinstance(old, int) and not isinstance(old, bool) and old in saved_shape and new in shape:
+      return name, (old, new)
+  return changed[0] if changed else None
 
 
 class Restored(NamedTuple):
@@ -303,6 +336,14 @@ def _quarantine(manager: ocp.CheckpointManager, step: int, error: Exception) -> 
 
 def saved_config(directory: str, step: int | None = None) -> tuple[ml_collections.ConfigDict, int]:
   """The run config stored with a checkpoint (the newest when step is None), and its step."""
+  config, step, _ = saved_run(directory, step)
+  return config, step
+
+
+def saved_run(directory: str, step: int | None = None
+              ) -> tuple[ml_collections.ConfigDict, int, dict]:
+  """(run config, step, 'progress' item) of a checkpoint (the newest when step is None), without
+  its parameters; the progress is {} for a checkpoint written without one."""
   if not files.isdir(directory):
     raise CheckpointError(f"no checkpoints in {directory}: the folder does not exist")
   manager = make_manager(directory, read_only=True, with_data=False)
@@ -315,13 +356,34 @@ def saved_config(directory: str, step: int | None = None) -> tuple[ml_collection
   if step not in steps:
     raise CheckpointError(f"no checkpoint for step {step} in {directory} (steps: "
                           f"{', '.join(map(str, sorted(steps)))})")
+  args = {"config": ocp.args.JsonRestore()}
+  if files.isdir(files.join(directory, str(step), "progress")):
+    args["progress"] = ocp.args.JsonRestore()
   try:
-    cfg = manager.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore()))["config"]
+    restored = manager.restore(step, args=ocp.args.Composite(**args))
   except Exception as e:  # noqa: BLE001
     raise unreadable(directory, step, sorted(steps), e) from None
   finally:
     _close_quietly(manager)
-  return with_defaults(cfg), step
+  progress = dict((restored["progress"] if "progress" in args else None) or {})
+  return with_defaults(restored["config"]), step, progress
+
+
+def check_vocabulary(progress: dict, tok, vocab_file: str, step: int) -> None:
+  """ConfigError unless `tok` (read from `vocab_file`) is the vocabulary that the checkpoint at
+  `step` was trained with, as its 'progress' item records it: the same pieces (the fingerprint;
+  older checkpoints: the same file bytes; the oldest record neither). Token ids of another
+  vocabulary mean other pieces, so its scores, translations and gradients would be garbage. The
+  one comparison of every path that loads a trained workdir (resume, branch, eval, translate,
+  average, ensemble members)."""
+  by_pieces = "vocab_fingerprint" in progress
+  saved = progress.get("vocab_fingerprint" if by_pieces else "vocab_sha256")
+  if saved and saved != (tok.fingerprint if by_pieces else tok.sha256):
+    folder, name = os.path.split(vocab_file)
+    raise ConfigError(f"{folder} is not the vocabulary the checkpoint at step {step} was trained "
+                      f"with (its {name} {'has other pieces' if by_pieces else 'differs'}): "
+                      "token ids would mean other pieces; put the run's own vocab/ back, or "
+                      "train in a new --workdir")
 
 
 def unreadable(directory: str, step: int, steps: list[int], error: BaseException) -> CheckpointError:

@@ -41,6 +41,10 @@ def prepare_workdir(workdir: str) -> str:
   """The absolute path (or URL, files.resolve) of `workdir`, created if needed; ConfigError if it
   cannot be."""
   workdir = files.resolve(workdir)
+  target = files.dangling_symlink(workdir)
+  if target is not None:
+    raise ConfigError(f"workdir {workdir} is a dangling symlink to {target}; create {target} "
+                      "or give another --workdir")
   try:
     files.makedirs(workdir)
   except OSError as e:

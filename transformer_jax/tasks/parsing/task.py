@@ -69,8 +69,17 @@ class Parsing(base.Task):
     del tokenized_references
     return parseval.evaluate_parses(sources_, outputs, references, config.data.parse_leaves)
 
-  def read_baseline(self, lines, what: str):
-    return treebank.read_tree_texts(lines, what)
+  def read_baseline(self, lines, what: str, sources=None):
+    """Trees, each over the words of its sentence here: a file of trees over other words
+    would be scored against F1 0 (parseval counts their sentences as mismatched)."""
+    trees = treebank.read_tree_texts(lines, what)
+    for i, (tree, words) in enumerate(zip(trees, sources or ())):
+      leaves = tree.leaves()
+      if leaves != words.split():
+        raise ConfigError(f"{what}: the tree on line {i + 1} is over other words than sentence "
+                          f"{i + 1} here ({' '.join(leaves)[:60]!r}, here {words[:60]!r}); "
+                          "compare parsers on the same sentences")
+    return trees
 
   def compare(self, baseline, outputs, references) -> dict:
     return parseval.paired_bootstrap(treebank.read_tree_texts(references, "reference"), baseline,

@@ -129,7 +129,7 @@ def _tree_strings(path: str) -> list[tuple[int, str]]:
   except OSError as e:
     raise DataError(f"cannot read {path}: {e.strerror or e}") from None
   try:
-    text = raw.decode("utf-8")
+    text = raw.decode("utf-8-sig")  # a byte-order mark (files saved on Windows) is not a tree
   except UnicodeDecodeError as e:
     bad_line = raw[:e.start].count(b"\n") + 1
     raise DataError(f"{path} line {bad_line} is not valid UTF-8") from None
