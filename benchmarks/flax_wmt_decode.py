@@ -40,7 +40,7 @@ from absl import flags, logging
 from flax import jax_utils
 from flax.training import common_utils
 
-from transformer_jax.data import sources, tokenizer
+from transformer_jax.data import sources
 from transformer_jax.decoding import decode
 from transformer_jax.inference import trained
 from transformer_jax.inference.translate import Translator
@@ -159,12 +159,13 @@ def sides(models, workdir: str | None, rows: int, width: int, max_extra_len: int
         jax.random.key(0), jnp.ones((rows, width), jnp.float32),
         jnp.ones((rows, width), jnp.float32))["params"]
     return (cfg, decoding.random_params(cfg, 0), ids), (flax_cfg, flax_params), None
-  params, config, step, _ = trained.checkpoint_config(workdir)
+  loaded = trained.load(workdir)
+  params, config, step = loaded.params, loaded.config, loaded.step
   cfg, params = unstack_layers(ModelConfig.from_config(config.model), nn.meta.unbox(params))
   flax_example.check_convertible(cfg, f"--workdir={workdir}")
   texts = sources.load_split_texts(config, "validation")[0][:rows]
   # Encoded as translation encodes them (EOS kept on a line cut to the model's limit).
-  ids = Translator(params, config, tokenizer.load_tokenizer(workdir)).encode(texts)
+  ids = Translator(params, config, loaded.tokenizer).encode(texts)
   inputs = np.zeros((len(ids), max(map(len, ids))), np.int32)
   for row, sentence in zip(inputs, ids):
     row[:len(sentence)] = sentence

@@ -49,7 +49,8 @@ if REPO not in sys.path:  # run as a script on a host where the repository is no
 from absl import app, flags  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from launch.accelerator_stages import (  # pylint: disable=g-import-not-at-top,wrong-import-position
-    PRESETS, STAGE_FUNCTIONS, one_line, read_json, write_json)
+    PRESETS, STAGE_FUNCTIONS, one_line)
+from transformer_jax.runtime import results  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 try:  # the project's error path; absent only when the carried wheels are (ml_collections)
   from transformer_jax.runtime import cli as _cli  # pylint: disable=g-import-not-at-top
@@ -104,11 +105,11 @@ def run_child_stage(name: str, preset_name: str, work: str, out_path: str) -> in
   except Exception as e:  # noqa: BLE001  every failure is one line of the summary
     traceback.print_exc()
     record = {"status": "failed", "message": one_line(e)}
-    partial = read_json(os.path.join(work, f"{name}_partial.json"))
+    partial = results.read_json(os.path.join(work, f"{name}_partial.json"))
     if partial:
       record["result"] = partial
   record["seconds"] = time.perf_counter() - t
-  write_json(out_path, record)
+  results.write_json(out_path, record)
   sys.stdout.flush()
   sys.stderr.flush()
   # At once: a background thread (an Orbax save, grain's workers) must not hold the stage.
@@ -151,7 +152,7 @@ def run_stage(name: str, seconds: float, preset_name: str, work: str) -> dict:
     rc = proc.wait()
   reader.join(timeout=5)
   elapsed = time.monotonic() - t
-  record = read_json(out_path) if not timed_out else None
+  record = results.read_json(out_path) if not timed_out else None
   if timed_out:
     record = {"status": "failed", "message": f"over its time box of {seconds:g} s (killed)"}
   elif record is None:
@@ -233,7 +234,6 @@ def drive(argv_command: str) -> int:
 
 
 def _write_summary(stem: str, summary: dict) -> None:
-  from transformer_jax.runtime import results  # pylint: disable=g-import-not-at-top
   results.write_result(stem, summary, markdown(summary))
 
 

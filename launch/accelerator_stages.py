@@ -11,6 +11,8 @@ import os
 import platform
 import time
 
+from transformer_jax.runtime import results  # stdlib only: imports before the wheels
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 LOCK = os.path.join(REPO, "launch", "gpu_requirements.lock")
@@ -179,8 +181,7 @@ def stage_base_step(preset: dict, work: str) -> dict:
         flush=True)
   e = accelerator.time_step(config, _spec_text(preset["base"]), 0, preset["steps"],
                             preset["warmup"], peak["flops_per_s"])
-  with open(os.path.join(work, "peak.json"), "w", encoding="utf-8") as f:
-    json.dump(peak, f)
+  results.write_json(os.path.join(work, "peak.json"), peak)
   sheet = e["datasheet_peak_flops_per_device"]
   return {"matmul_peak": peak, "entry": e, "lines": [
       f"{e['config']}: {e['batch']['shape']}{' packed' if e['batch']['packed'] else ''}, "
@@ -248,7 +249,7 @@ def stage_attention(preset: dict, work: str) -> dict:
   steppers = [train_step.Stepper(name, r, n, config=c, description=name)
               for name, c, r, n in layouts]
   samples = train_step.time_interleaved(steppers, preset["steps"], preset["warmup"])
-  peak = read_json(os.path.join(work, "peak.json"))
+  peak = results.read_json(os.path.join(work, "peak.json"))
   peak_flops = peak["flops_per_s"] if peak else None
   entries = []
   for stepper, s in zip(steppers, samples):
@@ -261,7 +262,7 @@ def stage_attention(preset: dict, work: str) -> dict:
                  f"{entry['compile_s']:.1f} s")
   result = {"agreement": agreement, "steps": entries, "lines": lines}
   if problems:
-    write_json(os.path.join(work, "attention_partial.json"), result)
+    results.write_json(os.path.join(work, "attention_partial.json"), result)
     raise RuntimeError("cuDNN and einsum disagree: " + "; ".join(problems))
   return result
 
@@ -335,16 +336,3 @@ def stage_decode(preset: dict, work: str) -> dict:
 STAGE_FUNCTIONS = {"env": stage_env, "imports": stage_imports, "base_step": stage_base_step,
                    "memory": stage_memory, "attention": stage_attention, "train": stage_train,
                    "decode": stage_decode}
-
-
-def read_json(path: str):
-  try:
-    with open(path, encoding="utf-8") as f:
-      return json.load(f)
-  except (OSError, ValueError):
-    return None
-
-
-def write_json(path: str, obj) -> None:
-  with open(path, "w", encoding="utf-8") as f:
-    json.dump(obj, f, default=str)

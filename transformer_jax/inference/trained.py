@@ -96,13 +96,6 @@ def load(workdir: str, override_args: Sequence[str] = (), *, average: int = 0,
   return Trained(workdir, params, config, step, overrides, tok)
 
 
-def checkpoint_config(workdir: str, override_args: Sequence[str] = (), *, average: int = 0,
-                      step: int | None = None):
-  """(params, config, step, overrides) of `load`."""
-  loaded = load(workdir, override_args, average=average, step=step)
-  return loaded.params, loaded.config, loaded.step, loaded.overrides
-
-
 def ensemble_members(workdir: str, others: Sequence[str], *, average: int = 0,
                      step: int | None = None, tok: tok_lib.Tokenizer | None = None) -> list[dict]:
   """The models of the `others` workdirs that decode together with WORKDIR's (`--ensemble`),
