@@ -14,8 +14,12 @@ the report. What it measures, in one process on the default jax device:
   (hlo_profile.py).
 - decode (decoding.py): beam-search throughput on random weights and random-id sentences.
 - data (input_pipeline.py): real-token share and throughput of the train iterator.
-`python -m benchmarks.flax_wmt` (flax_wmt.py) and `python -m benchmarks.flax_wmt_decode` time the
-flax WMT example's train step and beam-search decoding beside ours (their code: flax_example.py);
+`python -m benchmarks.ctranslate2_decode` is the decoding anchor: CTranslate2's beam search
+(float32 and int8, one and two threads) beside ours on the same trained weights and sentences,
+exported by `transformer_jax.tools.export`; `python -m benchmarks.export_agreement` checks that
+the exported models translate what ours translates. `python -m benchmarks.flax_wmt`
+(flax_wmt.py) and `python -m benchmarks.flax_wmt_decode` time the flax WMT example's train step
+and beam-search decoding beside ours (their code: flax_example.py);
 `python -m benchmarks.accelerator` checks a GPU/TPU host; `python -m benchmarks.parallel_runs`
 times sweep runs side by side.
 

@@ -31,6 +31,11 @@ ALLOWED_LAZY = {
     ("transformer_jax.main", "transformer_jax.inference.translate"),
     # The parameter count checks its flags and config before JAX loads (the model imports it).
     ("transformer_jax.tools.params", "transformer_jax.model.transformer"),
+    # The exporter refuses a bad --out or --format before JAX loads (these modules import it).
+    ("transformer_jax.tools.export", "transformer_jax.inference.trained"),
+    ("transformer_jax.tools.export", "transformer_jax.model.positional"),
+    ("transformer_jax.tools.export", "transformer_jax.model.transformer"),
+    ("transformer_jax.tools.export", "transformer_jax.tasks.registry"),
 }
 
 

@@ -27,6 +27,9 @@ class Task(abc.ABC):
   # Config keys that turn on something of this task only, with what they do: another task's
   # config must leave them off (registry.get).
   switches: Mapping[str, str] = {}
+  # Why a model of this task cannot be exported to another toolkit (tools/export.py), one
+  # clause; '' when its outputs are the decoded texts as they are.
+  export_refusal: str = ""
 
   def __repr__(self) -> str:
     return f"<task {self.name!r}>"

@@ -23,6 +23,9 @@ class Parsing(base.Task):
   # Brackets and labels mix scripts ('(' and 'NP'): split, every target would be longer.
   split_by_script = False
   switches = {"decode.parse_constraint": "constrains a parser's trees"}
+  export_refusal = ("a parser's outputs are trees, repaired after a search that may be "
+                    "constrained to trees (decode.parse_constraint); another toolkit's decoder "
+                    "does neither")
 
   def validate(self, config) -> None:
     d = config.data
