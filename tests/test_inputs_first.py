@@ -57,3 +57,37 @@ def test_a_text_file_may_start_with_a_byte_order_mark(tmp_path):
   assert sources.read_parallel_files(str(src), str(ref)) == (["A man.", "Two dogs."],
                                                              ["Ein Mann.", "Zwei Hunde."])
   assert list(sources.open_lines(str(src)))[1] == b"Two dogs."  # only the file's start
+
+
+def _trees(tmp_path):
+  tmp_path.mkdir(exist_ok=True)
+  for k, (n, offset) in enumerate(((24, 0), (24, 24), (6, 48), (6, 54))):
+    _mrg(tmp_path, f"f_0{k + 1}.mrg", _fixture_trees(n, offset))
+
+
+@pytest.mark.slow
+def test_a_branch_with_a_bad_dev_file_writes_no_branch_workdir(tmp_path):
+  """--branch_from checks every split (data/sources.check_splits) before it copies anything: the
+  branch's data folder (data.data_dir may change in a branch) has a dev file that does not parse."""
+  good, bad = tmp_path / "good", tmp_path / "bad"
+  _trees(good)
+  _trees(bad)
+  with open(bad / "tb" / "f_03.mrg", "a", encoding="utf-8") as f:
+    f.write("( (S (NP (NN a)) )\n")  # not closed
+  source = tmp_path / "source"
+  result = _train(source, good, "--config.train.num_steps=2", "--config.train.checkpoint_every_steps=2")
+  assert result.returncode == 0, result.stderr[-2000:]
+  env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO)
+  existing = tmp_path / "existing"
+  existing.mkdir()
+  for branch in (tmp_path / "branch", existing):  # new, and an empty folder that exists
+    result = subprocess.run([sys.executable, "-m", "transformer_jax.main", f"--workdir={branch}",
+                             f"--branch_from={source}", "--step=2", "--config.train.num_steps=4",
+                             f"--config.data.data_dir={bad}"], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=300, check=False)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr[-2000:]
+    assert lines[0].startswith("error: ") and "f_03.mrg" in lines[0], lines[0]
+    assert "branched" not in result.stdout
+    assert not (tmp_path / "branch").exists() and list(existing.iterdir()) == []
+    assert not [p for p in tmp_path.iterdir() if ".branching-" in p.name]

@@ -222,14 +222,16 @@ def test_explicit_flags_and_environment(recorded, monkeypatch):
   from transformer_jax.runtime import distributed  # pylint: disable=g-import-not-at-top
   distributed.initialize("10.0.0.1:1234", 4, 3)
   assert recorded[-1] == {"coordinator_address": "10.0.0.1:1234", "num_processes": 4,
-                          "process_id": 3, "initialization_timeout": 300}
+                          "process_id": 3, "initialization_timeout": 300,
+                          "heartbeat_timeout_seconds": 100}
   monkeypatch.setenv("JAX_COORDINATOR_ADDRESS", "host0:999")
   monkeypatch.setenv("JAX_NUM_PROCESSES", "2")
   monkeypatch.setenv("JAX_PROCESS_ID", "1")
   monkeypatch.setenv("JAX_INITIALIZATION_TIMEOUT", "60")
   distributed.initialize()
   assert recorded[-1] == {"coordinator_address": "host0:999", "num_processes": 2,
-                          "process_id": 1, "initialization_timeout": 60}
+                          "process_id": 1, "initialization_timeout": 60,
+                          "heartbeat_timeout_seconds": 100}
   distributed.initialize("host0:999", 1, 0)  # one process: nothing to join
   assert len(recorded) == 2
 
@@ -259,7 +261,8 @@ def test_slurm_and_tpu_are_detected(recorded, monkeypatch):
   for key, value in slurm.items():
     monkeypatch.setenv(key, value)
   distributed.initialize()
-  assert recorded == [{"initialization_timeout": 300}]  # jax reads SLURM_* itself
+  assert recorded == [{"initialization_timeout": 300,  # jax reads SLURM_* itself
+                       "heartbeat_timeout_seconds": 100}]
   monkeypatch.setenv("SLURM_NTASKS", "1")  # the batch script itself, or a 1-task job
   distributed.initialize()
   assert len(recorded) == 1

@@ -58,6 +58,10 @@ _COORDINATOR = flags.DEFINE_string("coordinator_address", None,
                                    "host:port of process 0 for multi-host runs outside TPU/SLURM.")
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Processes in a multi-host run.")
 _PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index in a multi-host run.")
+_HEARTBEAT = flags.DEFINE_integer(
+    "heartbeat_timeout", 100, "Multi-host: seconds without a heartbeat after which JAX's "
+    "coordination service declares a process dead and the others stop (docs/scaling.md)",
+    lower_bound=1)
 
 
 def main(argv):
@@ -97,7 +101,8 @@ def main(argv):
     splits, files = _eval_sets()
   from transformer_jax.runtime import distributed  # pylint: disable=g-import-not-at-top
   distributed.enable_compilation_cache()
-  distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
+  distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
+                         heartbeat_timeout=_HEARTBEAT.value)
   if _BRANCH_FROM.value is not None:
     from transformer_jax.training import branch  # pylint: disable=g-import-not-at-top
     config = branch.prepare(files_lib.resolve(_BRANCH_FROM.value), _STEP.value, workdir,

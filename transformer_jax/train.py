@@ -136,6 +136,11 @@ class _Window:
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Trains (or resumes) the run in `workdir`; returns the final dev metrics."""
+  with distributed.stop_if_process_lost():  # another process gone: one line, LOST_PROCESS_EXIT
+    return _train_and_evaluate(config, workdir)
+
+
+def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   validate(config)
   task = registry.get(config)  # the task's own checks, before anything is written
   attention.check_backend(ModelConfig.from_config(config.model))
@@ -151,7 +156,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                                                      keep_every=config.train.keep_every_steps),
                              config, workdir)
     try:  # closed on every exit: Orbax's background threads must not outlive an error
-      return _train(config, workdir, saver, mesh, task)
+      with distributed.stop_if_process_lost():  # before close(), which would wait for it
+        return _train(config, workdir, saver, mesh, task)
     except OSError as e:  # a full disk, a lost mount: one line
       raise TrainingError(f"{e.filename or workdir}: {e.strerror or e} ({workdir_lib.free_space(workdir)}); "
                           f"{checkpoint.kept_note(str(saver.manager.directory))}; stopping") from None
@@ -166,8 +172,10 @@ def prepare_vocabulary(config: ml_collections.ConfigDict, workdir: str) -> str:
   side (experiments/harness/runner.py)."""
   validate(config)
   task = registry.get(config)
-  _check_inputs(config, task)
-  with workdir_lib.claim(workdir, "training the vocabulary") as workdir:
+  with distributed.stop_if_process_lost():
+    _check_inputs(config, task)
+  with distributed.stop_if_process_lost(), workdir_lib.claim(workdir,
+                                                               "training the vocabulary") as workdir:
     distributed.process_zero_first("vocab", lambda: _vocabulary(config, workdir, task))
     return tokenizer.vocab_path(workdir)
 
@@ -175,7 +183,8 @@ def prepare_vocabulary(config: ml_collections.ConfigDict, workdir: str) -> str:
 def _check_inputs(config, task) -> None:
   """Every split's files read and checked before the workdir is claimed or the vocabulary
   trained: a bad dev or test file is refused with nothing written (process 0 first, so the
-  others read what it prepared)."""
+  others read what it prepared; a refusal on any process is every process's one line, exit 2,
+  through process_zero_first, instead of the others waiting for it)."""
   distributed.process_zero_first("inputs", lambda: sources.check_splits(config, task.read_split))
 
 

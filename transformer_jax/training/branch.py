@@ -18,7 +18,8 @@ cadence. The learning-rate schedule of the branch must equal the source's at eve
 (a cool-down may start at S or later). Anything else (a seed, a rate, dropout) is a new run: a
 ConfigError names the key. `WORKDIR/branch.json` records the source and step; the same command
 on the same workdir resumes the branch, and a workdir that is not that branch is refused. A source
-step that cannot be read is refused before anything is copied, and a resume of a branch never
+step that cannot be read, or a split whose files are bad (data/sources.check_splits, as a
+training run's start), is refused before anything is copied, and a resume of a branch never
 falls back below its step (branch_step).
 
 The same rule holds for every resume of a workdir (train.py): `check_resume` compares the config
@@ -37,10 +38,12 @@ from typing import Any, Mapping
 import ml_collections
 import numpy as np
 
-from transformer_jax.runtime import dotted, exceptions, files
+from transformer_jax.data import sources
+from transformer_jax.runtime import distributed, dotted, exceptions, files
 from transformer_jax.runtime.config import validate, with_defaults
 from transformer_jax.runtime.exceptions import ConfigError
 from transformer_jax.runtime.overrides import apply_overrides
+from transformer_jax.tasks import registry
 from transformer_jax.training import checkpoint, schedule, workdir as workdir_lib
 
 MARKER = "branch.json"
@@ -165,6 +168,11 @@ def prepare(source: str, step: int, workdir: str, overrides: Mapping[str, Any]
     checkpoint.load_params(checkpoint.checkpoint_dir(source), step)
   except exceptions.CheckpointError as e:
     raise exceptions.CheckpointError(f"cannot branch from step {step}: {e}") from None
+  # Every split's files read and checked before anything is written, as a training run's start
+  # does (a bad dev file: one line, no branch workdir); process 0 first, as there.
+  task = registry.get(config)
+  distributed.process_zero_first("branch inputs",
+                                 lambda: sources.check_splits(config, task.read_split))
   staging = f"{workdir}.branching-{os.getpid()}"
   shutil.rmtree(staging, ignore_errors=True)
   try:
