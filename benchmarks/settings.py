@@ -38,6 +38,8 @@ ENTRY_POINTS = {
     "benchmarks.flax_wmt": "benchmarks.flax_wmt",
     "benchmarks.flax_wmt_decode": "benchmarks.flax_wmt_decode",
     "benchmarks.parallel_runs": "benchmarks.parallel_runs",
+    "benchmarks.parse_decode": "benchmarks.parse_decode",
+    "benchmarks.parser_peer": "benchmarks.parser_peer",
 }
 # Run-config keys that say where the data is read from or prepared, not what is measured: they
 # differ between machines (TRANSFORMER_JAX_DATA_DIR) and runs (temporary folders).

@@ -415,3 +415,24 @@ def test_a_scan_layers_model_decodes_as_its_unrolled_twin():
   b = decode.jitted_beam_decode(scanned_cfg, 3, 0.6, 6)(scanned, batch_BxS)
   np.testing.assert_array_equal(a.seqs_BxKxL, b.seqs_BxKxL)
   np.testing.assert_allclose(a.scores_BxK, b.scores_BxK, **SCORE_TOL)
+
+
+def test_gathered_and_prefix_attention_read_the_history_as_the_whole_buffer_does():
+  """Many beams gather each row's history; every step reads only the written prefix: both give
+  the one-matmul read of the whole buffer (up to float rounding)."""
+  from transformer_jax.model import attention  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  heads, sentences, beams, length, d = 2, 3, 8, 40, 16
+  k = jnp.asarray(rng.normal(size=(heads, sentences, length * beams, d)), jnp.float32)
+  v = jnp.asarray(rng.normal(size=(heads, sentences, length * beams, d)), jnp.float32)
+  q = jnp.asarray(rng.normal(size=(sentences * beams, heads, d)), jnp.float32)
+  table = jnp.asarray(rng.integers(0, beams, (sentences * beams, length)), jnp.int32)
+  for i in (0, 5, 17, length - 1):
+    seen = jnp.arange(length) <= i
+    whole = attention.cached_beam_attention(q, k, v, table, seen)
+    np.testing.assert_allclose(attention.gathered_beam_attention(q, k, v, table, seen), whole,
+                               rtol=1e-5, atol=1e-6)
+    n = next(n for n in attention.prefix_lengths(length) if n > i)
+    prefix = attention._prefix_attention(n, jnp.float32, q, k, v, table, i)
+    np.testing.assert_allclose(prefix, whole, rtol=1e-5, atol=1e-6)
+  assert attention.prefix_lengths(40) == (16, 32, 40)

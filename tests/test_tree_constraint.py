@@ -269,3 +269,74 @@ def test_forbidden_pieces_are_removed_without_renormalizing():
     allowed = ok[0].at[decode.PAD_ID].set(False)
     np.testing.assert_allclose(got[0][allowed], model[0][allowed], rtol=1e-6)
     assert (got[0][~allowed] < 0.5 * beam_search.NEG_INF).all()
+
+
+def _dense_allowed(t, state, leaves_NxS, num_leaves_N, position, limit_N, words_after_NxS):
+  """The rule written over the whole vocabulary, as the search first ran it: the reference that
+  tc.allowed (worked out over the bracket pieces and each row's next leaf) must equal."""
+  v = t.starts_V.shape[0]
+  n, depth, just_opened, node = (state[k] for k in ("written", "depth", "just_opened", "node"))
+  words_left_N = jnp.take_along_axis(words_after_NxS, n[:, None], axis=1)[:, 0]
+  leaf_room_N, open_room_N, close_room_N = tc._chain_room(t, state, words_left_N)
+  left_N = num_leaves_N - n
+  nxt_N = tc._next_leaf(leaves_NxS, n)
+  mid_word_N = (left_N > 0) & ~t.starts_V[nxt_N]
+  boundary_N = ~mid_word_N & ((node == 0) | t.terminal_M[node])
+  room_N = limit_N - 2 - position
+
+  def fits(left, depth, extra=0):
+    need = left + depth * t.close_len + (t.open_len + t.close_len) * ((depth == 0) & (left > 0))
+    return need[..., None] + extra <= room_N[:, None] if jnp.ndim(extra) else need <= room_N
+  vocab_V = jnp.arange(v)
+  leaf = (vocab_V[None, :] == nxt_N[:, None]) & ((left_N > 0) & fits(left_N - 1, depth) & (
+      mid_word_N | boundary_N & (depth > 0) & leaf_room_N))[:, None]
+  child = t.trie_MxV[node]
+  label = (child > 0) & (node > 0)[:, None] & fits(left_N, depth, t.to_end_M[child])
+  first = t.to_end_M[t.trie_MxV[0]][None, :]
+  opens = t.opens_V[None, :] & fits(left_N, depth + 1, first) & (
+      boundary_N & (left_N > 0) & (state["opens_in_a_row"] < t.max_opens_in_a_row)
+      & (depth < tc.MAX_DEPTH) & open_room_N)[:, None]
+  closes = t.closes_V[None, :] & fits(left_N, depth - 1, first) & (
+      boundary_N & (depth > 0) & ~just_opened & ~(state["unary_below"] >= t.max_unary_chain)
+      & close_room_N)[:, None]
+  eos = (vocab_V == decode.EOS_ID)[None, :] & (boundary_N & (left_N == 0) & (depth == 0))[:, None]
+  return leaf | label | opens | closes | eos
+
+
+@needs_sample
+@pytest.mark.parametrize("leaves", ["words", "xx"])
+def test_the_rule_over_bracket_pieces_is_the_rule_over_the_vocabulary(leaves, monkeypatch):
+  """The search's masks equal the whole-vocabulary reference in every state a gold walk and a
+  beam search reach (tight length limits included), so it writes the same trees."""
+  tok, dev = sample()
+  c = _constraint(tok, treebank.POS_PLACEHOLDER if leaves == "xx" else "")
+  t = tc.tables(c)
+  assert t.cand_C.shape[0] < tok.vocab_size // 4  # the point: few pieces, not the vocabulary
+  examples = dev[:8]
+  encoded = [tok.encode_with_eos(e.words) for e in examples]
+  inputs = jnp.asarray([x + [0] * (max(map(len, encoded)) - len(x)) for x in encoded], jnp.int32)
+  targets = [tok.encode(e.linearized_words if leaves == "words" else e.linearized)
+             for e in examples]
+  leaves_NxS, count_N = tc.leaf_pieces(t, inputs)
+  words_NxS = tc.words_after(t, leaves_NxS, count_N)
+  for extra in (300, 3):  # a roomy limit, and one that makes the length look-ahead bite
+    limit_N = jnp.asarray([len(y) + 1 + extra for y in targets])  # EOS, then `extra`
+
+    @jax.jit
+    def both(state, position, limit_N=limit_N):
+      return (tc.allowed(t, state, leaves_NxS, count_N, position, limit_N, words_NxS),
+              _dense_allowed(t, state, leaves_NxS, count_N, position, limit_N, words_NxS))
+    state = tc.init_state(len(examples))
+    for position in range(max(map(len, targets)) + 1):
+      fast, dense = both(state, position)
+      np.testing.assert_array_equal(np.asarray(fast), np.asarray(dense))
+      pieces = jnp.asarray([y[position] if position < len(y) else decode.PAD_ID for y in targets])
+      state = jax.jit(lambda s, p: tc.advance(t, s, p, leaves_NxS, count_N))(state, pieces)
+  sources = [e.words for e in examples[:4]]
+  fast = _decode(tok, c, sources, beam_size=4)
+  monkeypatch.setattr(tc, "allowed", _dense_allowed)
+  decode.jitted_beam_decode.cache_clear()  # compiled with the rule as it was
+  try:
+    assert _decode(tok, c, sources, beam_size=4) == fast
+  finally:
+    decode.jitted_beam_decode.cache_clear()

@@ -8,6 +8,8 @@ reorders hypotheses without copying the buffers, and the cross-attention keys an
 
 from __future__ import annotations
 
+import functools
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -249,9 +251,56 @@ class MultiHeadAttention(nn.Module):
     own_Nx1 = (jnp.arange(rows, dtype=jnp.int32) % k)[:, None]
     beams.value = jax.lax.dynamic_update_slice(beams.value, own_Nx1, (0, i))
     index.value = i + 1
-    seen_S = jnp.arange(length) <= i
-    return cached_beam_attention(q_NxTxHxK[:, 0], ck.value, cv.value, beams.value, seen_S,
-                                 cfg.dtype)[:, None]
+    # Only the written prefix is read: the shortest of prefix_lengths(length) that holds
+    # positions 0..i, so a step's cost follows the output so far, not the buffer's length.
+    lengths = prefix_lengths(length)
+    branches = [functools.partial(_prefix_attention, n, cfg.dtype) for n in lengths]
+    bucket = jnp.searchsorted(jnp.asarray(lengths, jnp.int32), i + 1)
+    return jax.lax.switch(bucket, branches, q_NxTxHxK[:, 0], ck.value, cv.value, beams.value,
+                          i)[:, None]
+
+
+PREFIX_LENGTHS = (16, 32, 64, 128, 256, 512, 1024)
+# From this many beams on, each row's history is gathered (`gathered_beam_attention`) instead of
+# scored against every beam's keys in one matmul (`cached_beam_attention`), whose work grows with
+# the square of the beam: a parser's beam of 21 would do 21 times the necessary work.
+GATHER_FROM_BEAMS = 8
+
+
+def prefix_lengths(length: int) -> tuple[int, ...]:
+  """The history lengths a decoder step may read, the last the whole buffer of `length`."""
+  return tuple(n for n in PREFIX_LENGTHS if n < length) + (length,)
+
+
+def _prefix_attention(n, dtype, q_NxHxK, k_HxBxMxK, v_HxBxMxV, beams_NxL, i):
+  """Attention over the first n positions of the history (of which 0..i are written)."""
+  beams = k_HxBxMxK.shape[2] // beams_NxL.shape[1]
+  seen_S = jnp.arange(n) <= i
+  if beams >= GATHER_FROM_BEAMS:
+    return gathered_beam_attention(q_NxHxK, k_HxBxMxK, v_HxBxMxV, beams_NxL[:, :n], seen_S,
+                                   dtype)
+  return cached_beam_attention(q_NxHxK, k_HxBxMxK[:, :, :n * beams], v_HxBxMxV[:, :, :n * beams],
+                               beams_NxL[:, :n], seen_S, dtype)
+
+
+def gathered_beam_attention(q_NxHxK, k_HxBxMxK, v_HxBxMxV, beams_NxS, seen_S, dtype=jnp.float32):
+  """cached_beam_attention for many beams: each row's keys and values for its first S
+  positions gathered from the buffers (position s of row n: entry s * beams + beams_NxS[n, s]
+  of its sentence's), then one query against its own S keys. Returns [N, H, V]."""
+  heads, b, m, d_k = k_HxBxMxK.shape
+  rows, length = beams_NxS.shape
+  k = rows // b
+  q_HxNxK = jnp.transpose(q_NxHxK * jnp.asarray(d_k**-0.5, q_NxHxK.dtype), (1, 0, 2))
+  sentence_N = jnp.arange(rows, dtype=jnp.int32) // k
+  flat_NxS = sentence_N[:, None] * m + jnp.arange(length, dtype=jnp.int32)[None, :] * k + beams_NxS
+  keys_HxNxSxK = jnp.take(k_HxBxMxK.reshape(heads, b * m, d_k), flat_NxS, axis=1)
+  logits_HxNxS = jnp.einsum("hnd,hnsd->hns", q_HxNxK, keys_HxNxSxK,
+                            preferred_element_type=jnp.float32)
+  logits_HxNxS = jnp.where(seen_S, logits_HxNxS, _NEG_INF)
+  weights_HxNxS = jax.nn.softmax(logits_HxNxS, axis=-1).astype(dtype)
+  values_HxNxSxV = jnp.take(v_HxBxMxV.reshape(heads, b * m, -1), flat_NxS, axis=1)
+  out_HxNxV = jnp.einsum("hns,hnsd->hnd", weights_HxNxS, values_HxNxSxV.astype(dtype))
+  return jnp.transpose(out_HxNxV, (1, 0, 2))
 
 
 def cached_beam_attention(q_NxHxK, k_HxBxMxK, v_HxBxMxV, beams_NxS, seen_S, dtype=jnp.float32):

@@ -119,7 +119,9 @@ def from_tokenizer(tokenizer, labels, placeholder: str = "", *, max_opens_in_a_r
 
 
 class Tables(NamedTuple):
-  """The constraint as arrays, built once per search (outside its loop)."""
+  """The constraint as arrays, built once per search (outside its loop). The pieces a bracket
+  token may write are few (its trie's pieces, `cand_C`), so the rule is worked out over them
+  and the one leaf piece each row may write next, not over the whole vocabulary."""
 
   starts_V: jnp.ndarray      # bool: the piece begins a token
   opens_V: jnp.ndarray       # bool: the first piece of an opening bracket
@@ -128,6 +130,8 @@ class Tables(NamedTuple):
   terminal_M: jnp.ndarray    # bool
   to_end_M: jnp.ndarray      # int32
   xx: jnp.ndarray            # int32 [k]: the leaf placeholder's pieces (k = 0: the words)
+  cand_C: jnp.ndarray        # int32: every piece of a bracket token, and EOS
+  trie_MxC: jnp.ndarray      # int32: trie_MxV's columns of cand_C
   open_len: int
   close_len: int
   max_opens_in_a_row: int
@@ -139,9 +143,10 @@ def tables(c: TreeConstraint) -> Tables:
     return jnp.zeros((c.vocab_size,), bool).at[jnp.asarray(ids, jnp.int32)].set(True)
   nodes, ids, children = (jnp.asarray(x, jnp.int32) for x in zip(*c.edges))
   trie = jnp.zeros((len(c.terminal), c.vocab_size), jnp.int32).at[nodes, ids].set(children)
+  cand = jnp.asarray(sorted({i for _, i, _ in c.edges} | {EOS_ID}), jnp.int32)
   return Tables(mask(c.starts), mask(c.opens), mask(c.closes), trie, jnp.asarray(c.terminal),
-                jnp.asarray(c.to_end, jnp.int32), jnp.asarray(c.xx, jnp.int32), *c.shortest,
-                c.max_opens_in_a_row, c.max_unary_chain)
+                jnp.asarray(c.to_end, jnp.int32), jnp.asarray(c.xx, jnp.int32), cand,
+                trie[:, cand], *c.shortest, c.max_opens_in_a_row, c.max_unary_chain)
 
 
 def leaf_pieces(t: Tables, inputs_NxS):
@@ -246,8 +251,18 @@ def _chain_room(t: Tables, state: dict, words_left_N):
 
 def allowed(t: Tables, state: dict, leaves_NxS, num_leaves_N, position, limit_N, words_after_NxS):
   """[N, V] bool: the pieces each row may emit at `position` (see the module docstring);
-  `words_after_NxS`: words_after's table."""
-  v = t.starts_V.shape[0]
+  `words_after_NxS`: words_after's table. `allowed_pieces` laid out over the vocabulary."""
+  ok_NxC, leaf_N, nxt_N = allowed_pieces(t, state, leaves_NxS, num_leaves_N, position, limit_N,
+                                         words_after_NxS)
+  rows_N = jnp.arange(ok_NxC.shape[0])
+  ok_NxV = jnp.zeros((ok_NxC.shape[0], t.starts_V.shape[0]), bool).at[:, t.cand_C].set(ok_NxC)
+  return ok_NxV.at[rows_N, nxt_N].set(ok_NxV[rows_N, nxt_N] | leaf_N)
+
+
+def allowed_pieces(t: Tables, state: dict, leaves_NxS, num_leaves_N, position, limit_N,
+                   words_after_NxS):
+  """The rule of `allowed` over the pieces it can allow: ([N, C] bool for t.cand_C, [N] bool
+  whether the row's next leaf piece is allowed, [N] int32 that piece)."""
   n, depth, just_opened, node = (state[k] for k in ("written", "depth", "just_opened", "node"))
   words_left_N = jnp.take_along_axis(words_after_NxS, n[:, None], axis=1)[:, 0]
   leaf_room_N, open_room_N, close_room_N = _chain_room(t, state, words_left_N)
@@ -257,25 +272,24 @@ def allowed(t: Tables, state: dict, leaves_NxS, num_leaves_N, position, limit_N,
   # A token may begin once the bracket token being written is whole (or none is).
   boundary_N = ~mid_word_N & ((node == 0) | t.terminal_M[node])
   room_N = limit_N - 2 - position  # pieces that may still follow, the last being EOS
-  trie, to_end, open_len, close_len = t.trie_MxV, t.to_end_M, t.open_len, t.close_len
+  to_end, open_len, close_len = t.to_end_M, t.open_len, t.close_len
 
   def fits(left, depth, extra=0):  # what is still to write after this piece fits the limit
     need = left + depth * close_len + (open_len + close_len) * ((depth == 0) & (left > 0))
     return need[..., None] + extra <= room_N[:, None] if jnp.ndim(extra) else need <= room_N
-  vocab_V = jnp.arange(v)
-  leaf_NxV = (vocab_V[None, :] == nxt_N[:, None]) & ((left_N > 0) & fits(left_N - 1, depth) & (
-      mid_word_N | boundary_N & (depth > 0) & leaf_room_N))[:, None]
-  child_NxV = trie[node]  # a bracket token's next piece, to the end of a treebank label
-  label_NxV = (child_NxV > 0) & (node > 0)[:, None] & fits(left_N, depth, to_end[child_NxV])
-  first_V = to_end[trie[0]][None, :]  # a bracket token's first piece, and what it commits to
-  open_NxV = t.opens_V[None, :] & fits(left_N, depth + 1, first_V) & (
+  leaf_N = (left_N > 0) & fits(left_N - 1, depth) & (
+      mid_word_N | boundary_N & (depth > 0) & leaf_room_N)
+  child_NxC = t.trie_MxC[node]  # a bracket token's next piece, to the end of a treebank label
+  label_NxC = (child_NxC > 0) & (node > 0)[:, None] & fits(left_N, depth, to_end[child_NxC])
+  first_C = to_end[t.trie_MxC[0]][None, :]  # a bracket token's first piece, and what it commits to
+  open_NxC = t.opens_V[t.cand_C][None, :] & fits(left_N, depth + 1, first_C) & (
       boundary_N & (left_N > 0) & (state["opens_in_a_row"] < t.max_opens_in_a_row)
       & (depth < MAX_DEPTH) & open_room_N)[:, None]
   too_long_N = state["unary_below"] >= t.max_unary_chain  # no unary chain past the limit
-  close_NxV = t.closes_V[None, :] & fits(left_N, depth - 1, first_V) & (
+  close_NxC = t.closes_V[t.cand_C][None, :] & fits(left_N, depth - 1, first_C) & (
       boundary_N & (depth > 0) & ~just_opened & ~too_long_N & close_room_N)[:, None]
-  eos_NxV = (vocab_V == EOS_ID)[None, :] & (boundary_N & (left_N == 0) & (depth == 0))[:, None]
-  return leaf_NxV | label_NxV | open_NxV | close_NxV | eos_NxV
+  eos_NxC = (t.cand_C == EOS_ID)[None, :] & (boundary_N & (left_N == 0) & (depth == 0))[:, None]
+  return label_NxC | open_NxC | close_NxC | eos_NxC, leaf_N, nxt_N
 
 
 def constrained_step_fn(c: TreeConstraint, step_fn: StepFn, inputs_NxS, limit_N) -> StepFn:
