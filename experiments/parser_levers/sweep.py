@@ -4,6 +4,8 @@
       --out=W/cv0 --parallel=2           # every row on fold 0; then cv1, cv2
   python -m experiments.harness.runner --sweep=experiments/parser_levers --scale=dev \
       --out=W/dev --rows=base            # the fixed dev split, reported, never chosen on
+  python -m experiments.harness.runner --sweep=experiments/parser_levers --scale=dev25 \
+      --out=W/dev25 --rows=base          # the learning curve: 25% (and dev50: 50%) of the files
 
 The sample's dev split (wsj_0160-wsj_0179, 273 trees) is too small to choose on: a checkpoint's
 F1 there and on 245 trees of other files differed by 9 points. So each lever is chosen on three
@@ -22,6 +24,7 @@ PROTOCOL = "experiments/parser_levers/protocol.py"
 TRAIN_FILES = (1, 159)  # wsj_0001-wsj_0159: the sample's training files
 FOLDS = 3
 FOLD_SENTENCES = 200
+CURVE = ((25, 40), (50, 80))  # (share of the training files, the last file): wsj_0001-wsj_0040, ...
 
 
 def fold_files(fold: int, folds: int = FOLDS, first_last: tuple[int, int] = TRAIN_FILES):
@@ -52,6 +55,12 @@ def get_config(arg: str = ""):
       PROTOCOL, num_steps=0, bleu_sentences=0, seeds=(0,),
       description="the sample's fixed dev split (wsj_0160-wsj_0179, all 273 trees), trained on "
                   "wsj_0001-wsj_0159: reported, never chosen on")
+  for share, last in CURVE:  # the learning curve: the first files only, the same steps
+    c.scales[f"dev{share}"] = define.scale(
+        PROTOCOL, num_steps=0, bleu_sentences=0, seeds=(0,),
+        overrides={"data.train_files": f"wsj_0001-wsj_{last:04d}"},
+        description=f"the learning curve at {share}% of the training files (wsj_0001-wsj_"
+                    f"{last:04d}), the same steps, scored on the fixed dev split")
   row = lambda *a, **k: define.add_row(c, *a, **k)  # noqa: E731
   row("base", label="the protocol (the sample's settings at 1200 steps)", group="base")
   row("lr10", label="lrate scale 1.0 (base 0.7)", group="rate",
