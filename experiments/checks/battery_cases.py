@@ -23,6 +23,7 @@ from transformer_jax.training import metrics
 
 TRACEBACK_MARKS = ("Traceback", "Event loop is closed", "IndexError", "FileExistsError")
 TINY = "<tiny flags>"  # in a refusal's arguments: tests/common.py's TINY_CLI_FLAGS
+PARSER = "<parser flags>"  # ... the parsing task's tiny flags on tree files with a bad dev file
 
 
 def tiny_flags() -> list[str]:
@@ -106,8 +107,8 @@ def _tree(folder) -> list[tuple]:
   out = []
   for root, dirs, names in os.walk(folder):
     out += [(os.path.relpath(os.path.join(root, d), folder) + "/",) for d in dirs]
-    out += [(os.path.relpath(os.path.join(root, f), folder),
-             os.stat(os.path.join(root, f)).st_mtime_ns) for f in names]
+    out += [(os.path.relpath(os.path.join(root, f), folder),  # lstat: a dangling link too
+             os.lstat(os.path.join(root, f)).st_mtime_ns) for f in names]
   return sorted(out)
 
 
@@ -205,8 +206,11 @@ class Refusal:
       os.makedirs(folder)
     if self.prepare:
       self.prepare(folder)
-    before = _tree(folder)
     args = [a.format(dir=folder, new=os.path.join(folder, "new"), w=workdir) for a in self.args]
+    if PARSER in args:  # the parsing task's flags on folder/tb, written here
+      parser = parser_trees(folder, bad_dev=True)
+      args = [f for a in args for f in (parser if a == PARSER else [a])]
+    before = _tree(folder)
     cmd = _cli(*[f for a in args for f in (tiny_flags() if a == TINY else [a])],
                module=self.module)
     r = run(cmd, env=_env(**(self.env or {})), stdin=self.stdin)
@@ -239,6 +243,65 @@ def _other_vocab(folder: str) -> None:
       raise RuntimeError(f"the other vocabulary failed: {r.last}")
   shutil.rmtree(os.path.join(folder, "run", "vocab"))
   shutil.copytree(os.path.join(other, "vocab"), os.path.join(folder, "run", "vocab"))
+
+
+def _other_vocab_and_member(folder: str) -> None:
+  """The trained run's vocabulary replaced (as _other_vocab) beside an untouched copy of the run
+  (folder/member), for an ensemble of the two."""
+  shutil.copytree(os.path.join(folder, "run"), os.path.join(folder, "member"))
+  _other_vocab(folder)
+
+
+def _hypotheses(count: int):
+  """prepare: folder/hyps.txt, a system's output of `count` lines (not the split's length)."""
+  def write(folder):
+    with open(os.path.join(folder, "hyps.txt"), "w") as f:
+      f.write("Ein Mann.\n" * count)
+  return write
+
+
+def _dangling_link(folder: str) -> None:
+  os.symlink(os.path.join(folder, "no_such_target"), os.path.join(folder, "link"))
+
+
+def _garbage_newest(folder: str) -> None:
+  """A newest checkpoint folder holding only garbage (a copy gone wrong), after step 6."""
+  os.makedirs(os.path.join(folder, "run", "checkpoints", "8"))
+  with open(os.path.join(folder, "run", "checkpoints", "8", "junk"), "wb") as f:
+    f.write(b"\x00garbage")
+
+
+def _short_dev(folder: str) -> None:
+  """folder/data/multi30k: the real corpus with a dev source file of half its lines."""
+  import gzip  # pylint: disable=g-import-not-at-top
+  source = os.path.join(os.environ.get("TRANSFORMER_JAX_DATA_DIR", ""), "multi30k")
+  data = os.path.join(folder, "data", "multi30k")
+  os.makedirs(data)
+  for name in os.listdir(source):
+    if not name.startswith("val.en"):
+      os.symlink(os.path.join(source, name), os.path.join(data, name))
+  with gzip.open(os.path.join(source, "val.en.gz"), "rt", encoding="utf-8") as f:
+    lines = f.readlines()
+  with gzip.open(os.path.join(data, "val.en.gz"), "wt", encoding="utf-8") as f:
+    f.writelines(lines[: len(lines) // 2])
+
+
+def parser_trees(folder: str, bad_dev: bool = False, bom: bool = False) -> list[str]:
+  """folder/tb: four small Penn-style tree files (train f_01-f_02, dev f_03, test f_04); returns
+  the parsing task's tiny flags on them. `bad_dev`: f_03 ends in an unclosed tree; `bom`: f_01
+  starts with a UTF-8 byte-order mark."""
+  sys.path.insert(0, REPO)
+  from tests.test_parsing import _fixture_trees, _parser_flags  # pylint: disable=g-import-not-at-top
+  os.makedirs(os.path.join(folder, "tb"))
+  for k, (n, offset) in enumerate(((24, 0), (24, 24), (6, 48), (6, 54))):
+    text = _fixture_trees(n, offset)
+    if bad_dev and k == 2:
+      text += "( (S (NP (NN a)) )\n"
+    if bom and k == 0:
+      text = "\ufeff" + text
+    with open(os.path.join(folder, "tb", f"f_0{k + 1}.mrg"), "w", encoding="utf-8") as f:
+      f.write(text)
+  return _parser_flags(folder)
 
 
 _SWEEP = ("--sweep=experiments/table3", "--scale=tiny", "--rows=base")
@@ -318,6 +381,56 @@ REFUSALS = [
             "IndexError)", ("--workdir={w}", "--mode=eval", "--source={dir}/empty.en",
                             "--reference={dir}/empty.en"), ("empty.en", "no lines"),
             trained=True, prepare=_file("empty.en")),
+    Refusal("eval with a replaced vocabulary", "exit 2, one line: not the vocabulary the "
+            "checkpoint was trained with (its fingerprint), before anything is decoded",
+            ("--workdir={w}", "--mode=eval", "--split=validation", "--bleu_sentences=4"),
+            ("vocab",), trained=True, prepare=_other_vocab),
+    Refusal("translate with a replaced vocabulary", "exit 2, one line (the fingerprint "
+            "refusal), nothing translated", ("--workdir={w}", "--mode=translate"), ("vocab",),
+            trained=True, prepare=_other_vocab, stdin="A man.\n"),
+    Refusal("average with a replaced vocabulary", "exit 2, one line (the fingerprint refusal); "
+            "no averaged/ folder", ("--workdir={w}", "--mode=average", "--average=2"), ("vocab",),
+            trained=True, prepare=_other_vocab),
+    Refusal("ensemble of runs with different vocabularies", "exit 2, one line naming the member "
+            "whose vocabulary differs", ("--workdir={w}", "--mode=translate",
+                                         "--ensemble={dir}/member"), ("vocab",), trained=True,
+            prepare=_other_vocab_and_member, stdin="A man.\n"),
+    Refusal("attention_maps with a replaced vocabulary", "exit 2, one line (the fingerprint "
+            "refusal); no output folder", ("--workdir={w}", "--out={new}", "--sentence=A man."),
+            ("vocab",), trained=True, prepare=_other_vocab,
+            module="transformer_jax.tools.attention_maps"),
+    Refusal("eval --compare with another number of sentences", "exit 2, one line: the other "
+            "system's output does not cover the same sentences",
+            ("--workdir={w}", "--mode=eval", "--split=validation", "--bleu_sentences=4",
+             "--compare={dir}/hyps.txt"), ("hyps.txt",), trained=True, prepare=_hypotheses(3)),
+    Refusal("tools.params with a missing config", "exit 2, one line naming the file",
+            ("--config=configs/nope.py",), ("configs/nope.py",),
+            module="transformer_jax.tools.params"),
+    Refusal("tools.params with a bad override", "exit 2, one line naming the key",
+            ("--config=configs/tiny.py", "--config.model.d_modle=64"), ("d_modle",),
+            module="transformer_jax.tools.params"),
+    Refusal("translate with a missing --ensemble workdir", "exit 2, one line naming it, before "
+            "any model is loaded", ("--workdir={w}", "--mode=translate",
+                                    "--ensemble={dir}/no_such_run"), ("no_such_run",),
+            trained=True, stdin="A man.\n"),
+    Refusal("resume with another model.vocab_size", "exit 2, one line naming the key and both "
+            "values; nothing written", ("--workdir={w}", TINY, "--config.train.num_steps=8",
+                                        "--config.model.vocab_size=200"),
+            ("model.vocab_size", "200"), trained=True),
+    Refusal("a dangling symlink as --workdir", "exit 2, one line naming the link; nothing "
+            "created at its target", ("--workdir={dir}/link", TINY), ("link",),
+            prepare=_dangling_link),
+    Refusal("eval with a garbage newest checkpoint folder", "exit 2, one line (no asyncio or "
+            "Orbax traceback)", ("--workdir={w}", "--mode=eval", "--split=validation",
+                                 "--bleu_sentences=4"), (), trained=True, prepare=_garbage_newest),
+    Refusal("vocab with a malformed dev .mrg", "exit 2, one line naming the file and line; no "
+            "workdir, no vocabulary", ("--workdir={new}", "--mode=vocab", PARSER),
+            ("f_03.mrg", "line")),
+    Refusal("branch with a bad dev file", "exit 2, one line naming the file, before anything "
+            "is copied: no branch workdir", ("--workdir={new}", "--branch_from={w}", "--step=6",
+                                             "--config.train.num_steps=8",
+                                             "--config.data.data_dir={dir}/data"), ("val.en",),
+            trained=True, prepare=_short_dev, absent=("branched",)),
     Refusal("sweep runner --out naming a file", "exit 2, one line naming the flag; nothing "
             "written (no sweep.json)", (*_SWEEP, "--out={dir}/file", "--results_dir={new}"),
             ("--out", "is a file"), module="experiments.harness.runner", prepare=_file("file")),

@@ -1,6 +1,7 @@
 """The battery's cases with checks of their own (experiments/checks/battery.py runs them after the
 refusals of experiments/checks/battery_cases.py): two runs on one workdir, stale locks, kill -9, a full
-disk, divergence, the wall-time budget, unreadable checkpoints, resumes, Ctrl-C. Each runs the
+disk, divergence, the wall-time budget, unreadable checkpoints, resumes, Ctrl-C, a tree file with
+a byte-order mark, a process of a two-process run killed. Each runs the
 real CLI on the tiny model in the scratch folder; `FAULTS` lists them in the report's order."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import subprocess
 import sys
 import time
 
-from experiments.checks.battery_cases import (REFUSALS, _cli, _env, _finish, _garble,
+from experiments.checks.battery_cases import (REFUSALS, Run, _cli, _env, _finish, _garble,
                                               _metric_steps, _result, _skipped, _start, _steps,
                                               _tmpfs_copy, _train_cmd, _tree, _trained,
                                               _wait_for, _with_vocab, run, tiny_flags)
@@ -286,8 +287,66 @@ def ctrl_c(scratch):
   return _result(first, checks, resumed, twice)
 
 
-# (name, expectation, function(scratch) -> result): the faults, then the refusals; Ctrl-C, the
-# longest, last.
+@case("resume with num_steps below the checkpoint", "exit 0, one line: nothing to train, the "
+      "checkpoint at step 6 is already past train.num_steps=4; nothing written")
+def resume_fewer_steps(scratch):
+  workdir = _trained(scratch, "resume_fewer_steps")
+  before = _tree(workdir)
+  r = run(_train_cmd(workdir, "--config.train.num_steps=4"))
+  checks = {"exit 0": r.returncode == 0, "no traceback": r.clean,
+            "one line saying nothing to train": r.last.startswith("nothing to train")
+            and "step 6" in r.last and "train.num_steps=4" in r.last,
+            "nothing written": _tree(workdir) == before}
+  return _result(r, checks)
+
+
+@case("a tree file starting with a byte-order mark", "--mode=vocab reads it like the same file "
+      "without one: exit 0, the vocabulary written")
+def bom_tree_file(scratch):
+  from experiments.checks.battery_cases import parser_trees  # pylint: disable=g-import-not-at-top
+  folder = os.path.join(scratch, "bom_tree_file")
+  flags = parser_trees(folder, bom=True)
+  r = run(_cli(f"--workdir={folder}/run", "--mode=vocab", *flags))
+  checks = {"exit 0": r.returncode == 0, "no traceback": r.clean,
+            "vocabulary written": os.path.isdir(os.path.join(folder, "run", "vocab"))}
+  return _result(r, checks)
+
+
+@case("SIGKILL of one process of a two-process run", "the survivor exits at once (well within "
+      "--heartbeat_timeout=10) with status 75 and one line naming the lost process; "
+      "both restarted resume from the newest checkpoint both wrote and finish")
+def distributed_kill(scratch):
+  if (os.cpu_count() or 1) < 2:
+    return _skipped("two processes need two CPU cores")
+  sys.path.insert(0, REPO)
+  from tests import test_distributed_fault as fault  # pylint: disable=g-import-not-at-top
+  from tests import test_multihost as multihost  # pylint: disable=g-import-not-at-top
+  checks, shown, others = {}, None, []
+  for victim in (1, 0):
+    workdir = os.path.join(scratch, f"distributed_kill_{victim}", "run")
+    seconds, status, output = fault.kill_and_wait(workdir, victim)
+    r = Run(["transformer_jax.main", "(two processes; SIGKILL to process", f"{victim})"],
+            status, output)
+    if shown is None:
+      shown = r
+    else:
+      others.append(r)
+    what = f"process {victim} killed:"
+    checks[f"{what} survivor exited in {seconds:.2f} s (< 10)"] = seconds < fault.HEARTBEAT_S
+    checks[f"{what} exit 75, one line naming it, no traceback"] = (
+        status == 75 and r.last.startswith(f"error: lost process {victim}") and r.clean
+        and sum(l.startswith("error:") for l in r.lines) == 1)
+    if victim == 1:
+      saved = _steps(workdir)
+      outs = multihost._finish(fault._pair(workdir))  # pylint: disable=protected-access
+      checks[f"both restarted resume from step {saved[-1] if saved else None} and finish"] = (
+          bool(saved) and all(f"resuming from the checkpoint at step {saved[-1]}" in o
+                              for o in outs) and _steps(workdir)[-1] == fault.STEPS)
+  return _result(shown, checks, *others)
+
+
+# (name, expectation, function(scratch) -> result): the faults, then the refusals; the last
+# fault registered (the two-process kill, the longest) last.
 CASES = FAULTS[:-1] + [(r.name, r.expectation, r) for r in REFUSALS] + FAULTS[-1:]
 
 
