@@ -73,7 +73,10 @@ def test_a_killed_process_stops_the_other_and_the_restart_resumes_bit_for_bit(tm
   for victim in (1, 0):  # the worker, then the coordinator (process 0 runs the service)
     workdir = str(tmp_path / f"killed_{victim}")
     seconds, status, output = kill_and_wait(workdir, victim)
-    assert seconds < HEARTBEAT_S, seconds
+    # At once when the kill closes a collective's connection; else when the coordination
+    # service declares the process dead: HEARTBEAT_S without a heartbeat, noticed at the
+    # service's next check, so within two timeouts.
+    assert seconds < 2 * HEARTBEAT_S, seconds
     if JAX_ABORT in output:
       # JAX's client noticed first: process 0's coordination service gone, or the survivor was
       # outside a collective (in a checkpoint's barrier) until the service declared the other
