@@ -97,12 +97,6 @@ def translator(loaded, beam_size: int) -> Translator:
   return Translator(loaded.params, config, loaded.tokenizer)
 
 
-def our_batches(ours: Translator, source_ids) -> list[list[int]]:
-  """The sentence indices of each batch our translator decodes (translate_ids' order)."""
-  order = sorted((i for i, s in enumerate(source_ids) if s), key=lambda i: len(source_ids[i]))
-  return [order[i:i + ours.batch_size] for i in range(0, len(order), ours.batch_size)]
-
-
 def ct2_translate(model, tok, source_ids, groups, *, beam_size: int, alpha: float,
                   max_extra_len: int) -> list[list[int]]:
   """CTranslate2's output ids (no EOS) for the sentences of each group of `groups`, one
@@ -160,7 +154,7 @@ def run(workdir: str, count: int, beam_size: int, rounds: int, threads: list[int
   texts, _ = dev_sentences(config, count)
   ours = translator(loaded, beam_size)
   ids = ours.encode(texts)
-  groups = our_batches(ours, ids)
+  groups = ours.batches(ids)
   print(f"{len(texts)} dev sentences in {len(groups)} batches, beam {beam_size}, alpha {alpha}: "
         "exporting and compiling ...", flush=True)
   deciders, names = [], []

@@ -56,17 +56,17 @@ def settings(values: flags.FlagValues, override_args) -> dict:
 
 
 def run(values, command: str, recorded: dict) -> dict:
-  from transformer_jax.inference import evaluate, translate  # pylint: disable=g-import-not-at-top
-  from transformer_jax.tasks import registry  # pylint: disable=g-import-not-at-top
+  from transformer_jax.data import sources as sources_lib  # pylint: disable=g-import-not-at-top
+  from transformer_jax.inference import translate  # pylint: disable=g-import-not-at-top
   if not values.workdir:
     raise ConfigError("--workdir: a trained parser's workdir is required")
   translator = translate.Translator.from_workdir(values.workdir,
                                                  override_args=_overrides(cli.OVERRIDE_ARGS))
   config = translator.config
-  task = registry.get(config)
-  eval_set = evaluate.load_eval_set(config, translator.tokenizer, split="validation")
-  n = values.sentences or len(eval_set.sources)
-  sources, references = eval_set.sources[:n], eval_set.references[:n]
+  task = translator.task
+  texts, refs = sources_lib.load_split_texts(config, "validation", task.read_split)
+  n = min(values.sentences or len(texts), len(texts))
+  sources, references = texts[:n], refs[:n]
   expected = None
   if values.expect:
     with open(values.expect, encoding="utf-8") as f:
@@ -74,12 +74,12 @@ def run(values, command: str, recorded: dict) -> dict:
     if len(expected) != n:
       raise ConfigError(f"--expect={values.expect}: {len(expected)} lines for {n} sentences")
   result = report.start(command, recorded)
-  # Compile first: one sentence per batch (each batch of the timed pass has one width).
+  # Compile first: each batch's longest sentence alone, a batch of the width the timed pass
+  # gives that batch (rows are always decode.batch_size).
   ids = translator.encode(sources)
-  order = sorted(range(n), key=lambda i: len(ids[i]))
-  firsts = [order[i] for i in range(0, n, translator.batch_size)]
   start = time.time()
-  translator.translate_ids([ids[i] for i in firsts])
+  for batch in translator.batches(ids):
+    translator.translate_ids([ids[batch[-1]]])
   compile_s = time.time() - start
   translator.decoder_steps = 0
   wall, cpu = time.time(), time.process_time()
@@ -88,7 +88,7 @@ def run(values, command: str, recorded: dict) -> dict:
   scores, trees = task.score(config, sources, outputs, references)
   same = None if expected is None else sum(a == b for a, b in zip(trees, expected))
   result.update(
-      workdir=values.workdir, step=None, sentences=n, batch_size=translator.batch_size,
+      workdir=values.workdir, sentences=n, batch_size=translator.batch_size,
       beam_size=translator.beam_size, compile_s=compile_s, decode_wall_s=wall, decode_cpu_s=cpu,
       sentences_per_s_wall=n / wall, sentences_per_s_cpu=n / cpu,
       decoder_steps=translator.decoder_steps,

@@ -98,15 +98,20 @@ class Translator:
       out.append(ids)
     return out
 
+  def batches(self, source_ids: Sequence[Sequence[int]]) -> list[list[int]]:
+    """The indices of the sentences each decoded batch holds: the non-empty sources sorted by
+    length, `decode.batch_size` at a time (so a batch's sentences end at about one step)."""
+    order = sorted((i for i, s in enumerate(source_ids) if s), key=lambda i: len(source_ids[i]))
+    return [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+
   def translate_ids(self, source_ids: Sequence[Sequence[int]], progress: bool = False) -> list[list[int]]:
     """Output ids (no EOS) for each source, in input order; empty sources give []."""
-    order = sorted((i for i, s in enumerate(source_ids) if s), key=lambda i: len(source_ids[i]))
     results: list[list[int]] = [[] for _ in source_ids]
-    batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+    batches = self.batches(source_ids)
     bar = None
     if progress:
       from tqdm import tqdm  # pylint: disable=g-import-not-at-top
-      bar = tqdm(total=len(order), desc="translate", unit="sent", file=sys.stderr)
+      bar = tqdm(total=sum(map(len, batches)), desc="translate", unit="sent", file=sys.stderr)
     for idx in batches:
       width = _bucket_width(max(len(source_ids[i]) for i in idx))
       inputs = np.zeros((self.batch_size, width), np.int32)  # fixed rows: one shape per width

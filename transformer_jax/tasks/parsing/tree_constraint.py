@@ -132,6 +132,9 @@ class Tables(NamedTuple):
   xx: jnp.ndarray            # int32 [k]: the leaf placeholder's pieces (k = 0: the words)
   cand_C: jnp.ndarray        # int32: every piece of a bracket token, and EOS
   trie_MxC: jnp.ndarray      # int32: trie_MxV's columns of cand_C
+  opens_C: jnp.ndarray       # bool: opens_V of cand_C
+  closes_C: jnp.ndarray      # bool: closes_V of cand_C
+  first_C: jnp.ndarray       # int32: the pieces still needed after cand_C begins a bracket token
   open_len: int
   close_len: int
   max_opens_in_a_row: int
@@ -144,9 +147,10 @@ def tables(c: TreeConstraint) -> Tables:
   nodes, ids, children = (jnp.asarray(x, jnp.int32) for x in zip(*c.edges))
   trie = jnp.zeros((len(c.terminal), c.vocab_size), jnp.int32).at[nodes, ids].set(children)
   cand = jnp.asarray(sorted({i for _, i, _ in c.edges} | {EOS_ID}), jnp.int32)
-  return Tables(mask(c.starts), mask(c.opens), mask(c.closes), trie, jnp.asarray(c.terminal),
-                jnp.asarray(c.to_end, jnp.int32), jnp.asarray(c.xx, jnp.int32), cand,
-                trie[:, cand], *c.shortest, c.max_opens_in_a_row, c.max_unary_chain)
+  opens, closes, to_end = mask(c.opens), mask(c.closes), jnp.asarray(c.to_end, jnp.int32)
+  return Tables(mask(c.starts), opens, closes, trie, jnp.asarray(c.terminal), to_end,
+                jnp.asarray(c.xx, jnp.int32), cand, trie[:, cand], opens[cand], closes[cand],
+                to_end[trie[0, cand]], *c.shortest, c.max_opens_in_a_row, c.max_unary_chain)
 
 
 def leaf_pieces(t: Tables, inputs_NxS):
@@ -281,12 +285,12 @@ def allowed_pieces(t: Tables, state: dict, leaves_NxS, num_leaves_N, position, l
       mid_word_N | boundary_N & (depth > 0) & leaf_room_N)
   child_NxC = t.trie_MxC[node]  # a bracket token's next piece, to the end of a treebank label
   label_NxC = (child_NxC > 0) & (node > 0)[:, None] & fits(left_N, depth, to_end[child_NxC])
-  first_C = to_end[t.trie_MxC[0]][None, :]  # a bracket token's first piece, and what it commits to
-  open_NxC = t.opens_V[t.cand_C][None, :] & fits(left_N, depth + 1, first_C) & (
+  first_C = t.first_C[None, :]  # a bracket token's first piece, and what it commits to
+  open_NxC = t.opens_C[None, :] & fits(left_N, depth + 1, first_C) & (
       boundary_N & (left_N > 0) & (state["opens_in_a_row"] < t.max_opens_in_a_row)
       & (depth < MAX_DEPTH) & open_room_N)[:, None]
   too_long_N = state["unary_below"] >= t.max_unary_chain  # no unary chain past the limit
-  close_NxC = t.closes_V[t.cand_C][None, :] & fits(left_N, depth - 1, first_C) & (
+  close_NxC = t.closes_C[None, :] & fits(left_N, depth - 1, first_C) & (
       boundary_N & (depth > 0) & ~just_opened & ~too_long_N & close_room_N)[:, None]
   eos_NxC = (t.cand_C == EOS_ID)[None, :] & (boundary_N & (left_N == 0) & (depth == 0))[:, None]
   return label_NxC | open_NxC | close_NxC | eos_NxC, leaf_N, nxt_N
