@@ -12,6 +12,7 @@ import time
 from experiments.harness import processes, runner
 from tests.common import REPO, xla_flags
 from transformer_jax.data import tokenizer
+from transformer_jax.runtime.overrides import parse_overrides
 from transformer_jax.training import workdir as workdir_lib
 
 TABLE3 = "experiments/table3"
@@ -135,17 +136,23 @@ class FakeCLI:
 
   def _evaluate(self, cmd, workdir, key):
     step_arg = [a for a in cmd if a.startswith("--step=")]  # a kept earlier checkpoint
+    average_arg = [a for a in cmd if a.startswith("--average=")]
+    decode = [a for a in cmd if a.startswith("--config.decode.")]  # a row's decode settings
+    bleu_arg = [a for a in cmd if a.startswith("--bleu_sentences=")]
     assert cmd[1:] == ["-m", "transformer_jax.main", "--mode=eval", f"--workdir={workdir}",
-                       "--split=validation", *step_arg, cmd[-1]]
+                       "--split=validation", *step_arg, *average_arg, *bleu_arg, *decode]
+    average = int(average_arg[0].split("=")[1]) if average_arg else 0
     with self._lock:
-      self.calls.append(("eval", *key))
+      self.calls.append(("eval", *key, *average_arg, *decode) if average_arg or decode
+                        else ("eval", *key))
     if key in self.fail_eval:
       return 1, "RuntimeError: out of memory"
     step = int(step_arg[0].split("=")[1]) if step_arg else processes.latest_step(workdir)
     ppl, bleu = self.scores.get(key, (9.0, 5.0))
     if step_arg:  # earlier in training: worse
       ppl, bleu = ppl * 1.5, bleu - 2
-    stem = workdir_lib.eval_stem(workdir, "validation", step,
+    stem = workdir_lib.eval_stem(workdir, "validation", step, average,
+                                 workdir_lib.settings_tag(parse_overrides(decode)),
                                  bleu_sentences=int(self._arg(cmd, "--bleu_sentences")))
     os.makedirs(os.path.dirname(stem), exist_ok=True)
     scores = self.parse_scores or {"sacrebleu": bleu - 1, "sacrebleu_signature": "nrefs:1|...",

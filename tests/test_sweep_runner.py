@@ -75,6 +75,38 @@ def test_rerun_skips_finished_runs_resumes_and_retries(table3, tmp_path):
   assert fake.calls == []
 
 
+def test_rows_that_change_only_decoding_are_evaluated_on_the_run_they_share(tmp_path):
+  """A row whose own settings are decode.* ones (beam, alpha, averaging, the constraint's limits)
+  trains nothing: it is scored on the run of the row it equals otherwise, after that run has
+  trained (even when the sweep lists it first), with its settings given to the evaluation."""
+  sweep = study.load_sweep(TABLE3)
+  define.add_row(sweep, "alpha0", overrides={"decode.alpha": 0.0})
+  define.add_row(sweep, "avg2", overrides={"decode.average_checkpoints": 2})
+  define.add_row(sweep, "h1_beam1", overrides={"model.num_heads": 1, "model.d_k": 512,
+                                               "model.d_v": 512, "decode.beam_size": 1})
+  assert [resolve.shared_training(sweep, r) for r in ("base", "alpha0", "avg2", "A_h1", "h1_beam1")] \
+      == ["base", "base", "base", "A_h1", "A_h1"]  # h1_beam1 is A_h1 decoded greedily
+  out, results = tmp_path / "sweep", tmp_path / "results"
+  fake = FakeCLI()
+  states = run_fake(sweep, out, results, ["alpha0", "avg2", "base"], fake, seeds=(0,),
+                    base_seeds=(0,), parallel=2)
+  assert sorted(s["status"] for s in states) == ["done"] * 3
+  assert sorted(c for c in fake.calls if c[0] == "train") == [("train", "base", 0)]
+  evals = [c for c in fake.calls if c[0] == "eval"]
+  assert sorted(evals) == [("eval", "base", 0), ("eval", "base", 0, "--average=2"),
+                           ("eval", "base", 0, "--config.decode.alpha=0.0")]
+  assert fake.calls.index(("train", "base", 0)) < min(map(fake.calls.index, evals))
+  assert not (out / "alpha0").exists() and not (out / "avg2").exists()
+  assert sorted(os.listdir(out / "base" / "seed0" / "eval")) == sorted(
+      f"validation_step2{tag}_bleu4.{ext}" for tag in ("", "_avg2", "_alpha0.0")
+      for ext in ("json", "jsonl"))
+  alpha0 = json.load(open(results / "alpha0_seed0.json"))
+  assert "--config.decode.alpha=0.0" in alpha0["commands"]["eval"]
+  assert "decode.alpha" not in alpha0["commands"]["train"]
+  assert alpha0["protocol"] == resolve.protocol(resolve.resolve(sweep, "alpha0", "tiny"), sweep)
+  assert alpha0["protocol"]["hash"] != json.load(open(results / "base_seed0.json"))["protocol"]["hash"]
+
+
 def test_a_run_with_a_time_budget_is_done_when_its_checkpoint_records_the_budget(table3, tmp_path):
   """train.max_train_minutes: a run that stopped before num_steps is evaluated when its last
   checkpoint records the whole budget, and resumed when it records less."""

@@ -371,6 +371,35 @@ def test_the_parsing_pilot_sweep_resolves():
   assert runs["words_constrained"].data.parse_leaves == "words"
 
 
+def test_the_parser_levers_sweep_folds_partition_the_training_files():
+  """experiments/parser_levers: three folds of wsj_0001-wsj_0159, each held back once and never
+  trained on in its own fold; every row changes only its own settings; dev is never a fold."""
+  from experiments.parser_levers import sweep as levers
+  sweep = study.load_sweep(os.path.join(REPO, "experiments", "parser_levers"))
+  files = lambda spec: {n for part in spec.split(",") for a, b in [part.split("-")]  # noqa: E731
+                        for n in range(int(a[4:]), int(b[4:]) + 1)}
+  held = []
+  for fold in range(levers.FOLDS):
+    cfg = resolve.resolve(sweep, "base", f"cv{fold}").config
+    train, evaluated = files(cfg.data.train_files), files(cfg.data.eval_files)
+    assert not train & evaluated and train | evaluated == set(range(1, 160))
+    assert cfg.decode.parse_constraint and cfg.train.num_steps == 1200
+    held.append(evaluated)
+  assert set().union(*held) == set(range(1, 160)) and sum(map(len, held)) == 159
+  dev = resolve.resolve(sweep, "base", "dev").config
+  assert dev.data.eval_files == "wsj_0160-wsj_0179" and files(dev.data.train_files) == set(range(1, 160))
+  assert files(resolve.resolve(sweep, "base", "dev25").config.data.train_files) == set(range(1, 41))
+  base = resolve.resolve(sweep, "base", "cv0").config.to_dict()
+  flat = lambda d, p="": {k2: v2 for k, v in d.items() for k2, v2 in (  # noqa: E731
+      flat(v, p + k + ".").items() if isinstance(v, dict) else [(p + k, v)])}
+  for row in study.row_ids(sweep):
+    run = resolve.resolve(sweep, row, "cv0")
+    changed = {k for k, v in flat(run.config.to_dict()).items() if flat(base)[k] != v}
+    assert changed == {o.split("=")[0][len("--config."):] for o in run.overrides
+                       if "_files=" not in o}
+    assert (row == "base") == (not changed)
+
+
 def test_the_head_width_sweep_crosses_head_count_with_head_width(table3):
   """experiments/head_width: h in {1, 8} x d_k = d_v in {8, 64} at cpu_long's protocol, two
   seeds a row; its base and h1_dk64 are table3's base and A h=1 at cpu_long, to the config key."""

@@ -258,8 +258,8 @@ def test_vocab_mode_writes_the_vocabulary_training_starts_with_and_nothing_else(
 
 def test_report_names_tag_each_decode_setting_that_changes_the_outputs():
   """Eval reports made with other decode settings never overwrite each other (file names)."""
-  from transformer_jax.inference import evaluate  # pylint: disable=g-import-not-at-top
-  assert evaluate._settings_tag({  # pylint: disable=protected-access
+  from transformer_jax.training import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  assert workdir_lib.settings_tag({
       "decode.beam_size": 1, "decode.batch_size": 8, "decode.parse_constraint": True,
       "decode.parse_max_opens_in_a_row": 6, "decode.parse_max_unary_chain": 5,
       "train.seed": 3}) == "_beam1_constrained_opens6_unary5"

@@ -157,7 +157,7 @@ def prepare_vocab(res: resolve.Resolved, seed: int, out: str, runner, log) -> No
   On failure the first run trains it, alone on every core, before the others start."""
   if os.path.isdir(vocab_cache(out, res.config)):
     return
-  workdir = run_workdir(out, res.row_id, seed)
+  workdir = run_workdir(out, res.trained_as or res.row_id, seed)
   os.makedirs(workdir, exist_ok=True)
   log(f"the shared vocabulary ({res.config.model.vocab_size} pieces): training it first, log "
       f"{workdir}/vocab.log")

@@ -44,12 +44,21 @@ class Resolved:
   paper_hparams: dict[str, Any]  # the same columns in paper units
   bleu_sentences: int
   two_thirds_step: int = 0       # also scored there (the scale's score_two_thirds; 0: not)
+  trained_as: str = ""           # the row whose training this one shares (shared_training)
+  eval_overrides: tuple = ()     # its own decode.* settings: given to the evaluation only
 
   def to_json(self) -> dict:
     return {"row": self.row_id, "label": self.label, "group": self.group, "scale": self.scale,
             "config": self.config_spec, "overrides": self.overrides, "hparams": self.hparams,
             "paper_hparams": self.paper_hparams, "bleu_sentences": self.bleu_sentences,
-            "two_thirds_step": self.two_thirds_step}
+            "two_thirds_step": self.two_thirds_step,
+            **({"trained_as": self.trained_as, "eval_overrides": list(self.eval_overrides)}
+               if self.trained_as not in ("", self.row_id) else {})}
+
+  @property
+  def average(self) -> int:
+    """Checkpoints averaged before the evaluation (decode.average_checkpoints; 0: none)."""
+    return int(self.config.decode.average_checkpoints)
 
 
 def format_value(value: Any) -> str:
@@ -77,6 +86,18 @@ def _check_same_width(cfg: ml_collections.ConfigDict) -> None:
       raise ConfigError(f"h*{name} = {m.num_heads}*{m[name]} = {m.num_heads * m[name]} differs "
                         f"from d_model={m.d_model}, but this row keeps h*{name} = d_model as "
                         f"in the paper")
+
+
+def _training_settings(row) -> dict[str, Any]:
+  return {k: v for k, v in flatten(row.overrides).items() if not k.startswith("decode.")}
+
+
+def shared_training(sweep: ml_collections.ConfigDict, row_id: str) -> str:
+  """The row whose trained runs `row_id` is evaluated on: the first row (in sweep order) whose
+  own settings equal its own but for decode.* ones, which change only the evaluation (beam,
+  length penalty, constraint limits, checkpoint averaging). Such rows train once."""
+  mine = _training_settings(sweep.rows[row_id])
+  return next(r for r in row_ids(sweep) if _training_settings(sweep.rows[r]) == mine)
 
 
 def resolve(sweep: ml_collections.ConfigDict, row_id: str, scale_name: str,
@@ -113,7 +134,12 @@ def resolve(sweep: ml_collections.ConfigDict, row_id: str, scale_name: str,
   final = flatten(cfg)
   overrides = [f"--config.{k}={format_value(v)}" for k, v in final.items()
                if k not in original or original[k] != v or type(original[k]) is not type(v)]
-  return Resolved(row_id=row_id, label=row.label, group=row.group, scale=scale_name,
+  trained_as = shared_training(sweep, row_id)
+  own_decode = {k for k in flatten(row.overrides) if k.startswith("decode.")}
+  eval_overrides = tuple(o for o in overrides if trained_as != row_id
+                         and o[len("--config."):].split("=", 1)[0] in own_decode
+                         and not o.startswith("--config.decode.average_checkpoints="))
+  return Resolved(trained_as=trained_as, eval_overrides=eval_overrides,row_id=row_id, label=row.label, group=row.group, scale=scale_name,
                   config_spec=spec, config=cfg, overrides=overrides, hparams=_columns(final),
                   paper_hparams=_columns(paper), bleu_sentences=int(sc.bleu_sentences),
                   two_thirds_step=(2 * cfg.train.num_steps // 3 if sc.get("score_two_thirds") else 0))
@@ -206,21 +232,25 @@ def sweep_settings(sweep, scale_name: str, planned: dict[str, list[int]],
 
 def eval_command(workdir: str, split: str = "validation", *, bleu_sentences: int = 0,
                  step: int | None = None, average: int | None = None,
-                 python: str = "python") -> list[str]:
+                 overrides=(), python: str = "python") -> list[str]:
   """The one evaluation of a trained run: the evaluation CLI on `split`, the newest checkpoint
-  (or `step`, or the average of the last `average` up to it)."""
+  (or `step`, or the average of the last `average` up to it), with decode `overrides`
+  (--config.decode.KEY=VALUE)."""
   return [python, "-m", "transformer_jax.main", "--mode=eval", f"--workdir={workdir}",
           f"--split={split}", *([] if step is None else [f"--step={step}"]),
-          *([] if average is None else [f"--average={average}"]),
-          f"--bleu_sentences={bleu_sentences}"]
+          *([] if not average else [f"--average={average}"]),
+          f"--bleu_sentences={bleu_sentences}", *overrides]
 
 
 def train_command(res: Resolved, workdir: str, launcher: str = "local",
                   python: str = "python", seed: int | None = None) -> list[str]:
   """The command that trains one row (with `seed`: that seed): the CLI itself, or through
   launch/slurm.sbatch or launch/tpu_vm.sh."""
-  overrides = res.overrides + ([] if seed is None else [f"--config.seed={seed}"])
-  tag = res.row_id + ("" if seed is None else f"-seed{seed}")
+  own_decode = {o.split("=", 1)[0] for o in res.eval_overrides} | (
+      {"--config.decode.average_checkpoints"} if res.trained_as not in ("", res.row_id) else set())
+  overrides = [o for o in res.overrides if o.split("=", 1)[0] not in own_decode] + (
+      [] if seed is None else [f"--config.seed={seed}"])
+  tag = (res.trained_as or res.row_id) + ("" if seed is None else f"-seed{seed}")
   if launcher == "local":
     return [python, "-m", "transformer_jax.main", f"--config={res.config_spec}",
             f"--workdir={workdir}", *overrides]

@@ -109,11 +109,13 @@ def run_one(res: resolve.Resolved, seed: int, out: str, results_dir: str, protoc
   if os.path.exists(result_path):
     log(f"  {name}: done earlier ({os.path.relpath(result_path)}), skipped")
     return {"row": res.row_id, "seed": seed, "status": "done", "error": "", "stage": ""}
-  workdir = run_workdir(out, res.row_id, seed)
+  workdir = run_workdir(out, res.trained_as or res.row_id, seed)  # shared_training's
   os.makedirs(workdir, exist_ok=True)
   train_cmd = resolve.train_command(res, workdir, python=sys.executable, seed=seed)
   eval_cmd = resolve.eval_command(workdir, bleu_sentences=res.bleu_sentences,
+                                  average=res.average, overrides=res.eval_overrides,
                                   python=sys.executable)
+  settings = workdir_lib.settings_tag(parse_overrides(list(res.eval_overrides)))
   timing_path = os.path.join(workdir, "timing.json")
   timing = records.close_killed_attempt(
       dict({"train_seconds": 0.0, "train_attempts": 0, "eval_seconds": 0.0},
@@ -154,7 +156,8 @@ def run_one(res: resolve.Resolved, seed: int, out: str, results_dir: str, protoc
 
   def evaluate(cmd, at_step, log_name):
     """One evaluation of the checkpoint at `at_step` (a fresh report), timed into timing.json."""
-    stem = workdir_lib.eval_stem(workdir, "validation", at_step, bleu_sentences=res.bleu_sentences)
+    stem = workdir_lib.eval_stem(workdir, "validation", at_step, res.average, settings,
+                                 bleu_sentences=res.bleu_sentences)
     if os.path.exists(stem + ".json"):
       os.remove(stem + ".json")
     start = time.time()
@@ -178,7 +181,8 @@ def run_one(res: resolve.Resolved, seed: int, out: str, results_dir: str, protoc
   early = None
   if res.two_thirds_step:  # the kept checkpoint at two thirds of training, the same sentences
     early_cmd = resolve.eval_command(workdir, bleu_sentences=res.bleu_sentences,
-                                      step=res.two_thirds_step, python=sys.executable)
+                                     step=res.two_thirds_step, average=res.average,
+                                     overrides=res.eval_overrides, python=sys.executable)
     log(f"  {name}: evaluating step {res.two_thirds_step} too (two thirds of training)")
     rc, error, _, early = evaluate(early_cmd, res.two_thirds_step, "eval_two_thirds.log")
     if rc != 0 or early is None:
@@ -247,8 +251,12 @@ def run_sweep(runs: list[tuple[resolve.Resolved, int]], out: str, results_dir: s
     shares.get()
     for share in host:
       shares.put(share)
-  with futures.ThreadPoolExecutor(max_workers=parallel) as pool:
-    results += list(pool.map(one, range(first, len(runs))))
+  # Rows that share another's training (resolve.shared_training) start once every training
+  # run is over, so that no two runs ever train one workdir at a time.
+  shared = lambda i: runs[i][0].trained_as not in ("", runs[i][0].row_id)  # noqa: E731
+  for phase in (False, True):
+    with futures.ThreadPoolExecutor(max_workers=parallel) as pool:
+      results += list(pool.map(one, [i for i in range(first, len(runs)) if shared(i) == phase]))
   if STOP["requested"]:
     log("stopped (SIGTERM); rerun the same command to resume")
   results = [r for r in results if r is not None]
@@ -274,6 +282,9 @@ def _check_out(out: str, sweep_name: str, scale_name: str) -> None:
 def _print_commands(runs, out, launcher, commands_file, follow_args):
   lines = [f"# {len(runs)} runs (row x seed)"]
   for res, seed in runs:
+    if res.trained_as not in ("", res.row_id):  # resolve.shared_training: nothing to train
+      lines += [f"# {res.row_id} seed {seed}: {res.label}: scored on {res.trained_as}'s run"]
+      continue
     lines += [f"# {res.row_id} seed {seed}: {res.label}", shlex.join(resolve.train_command(
         res, os.path.join(out, res.row_id, f"seed{seed}"), launcher, seed=seed))]
   follow = ["python", "-m", MODULE, *follow_args] + (

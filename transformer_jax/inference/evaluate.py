@@ -188,7 +188,7 @@ def evaluate_workdir(workdir: str, *, splits: Sequence[str] = ("test",),
   rows = sharding.batch_parallelism(mesh)
   requested = [dict(split=s) for s in splits] + [dict(files=tuple(f)) for f in files]
   sets = [load_eval_set(config, tok, batch_multiple=rows, **r) for r in requested]  # errors first
-  tag = _settings_tag(overrides) + ensemble_tag([m["workdir"] for m in members])
+  tag = workdir_lib.settings_tag(overrides) + ensemble_tag([m["workdir"] for m in members])
   # The other system's outputs, read (and, for parsers, checked as trees) before anything is
   # decoded: a wrong --compare is one line at once, not after a whole decode.
   task = registry.get(config)
@@ -218,18 +218,6 @@ def evaluate_workdir(workdir: str, *, splits: Sequence[str] = ("test",),
         task.summary_table(reports))
     print(task.summary_table(reports), end="", flush=True)
   return reports
-
-
-def _settings_tag(overrides: dict) -> str:
-  """'_beam1_alpha1.0' (or '_constrained', '_free', '_unary5') for decode settings that differ
-  from the checkpoint's: reports made with other settings never overwrite each other."""
-  short = {"beam_size": lambda v: f"beam{v}", "alpha": lambda v: f"alpha{v}",
-           "max_extra_len": lambda v: f"extra{v}",
-           "parse_constraint": lambda v: "constrained" if v else "free",
-           "parse_max_opens_in_a_row": lambda v: f"opens{v}",
-           "parse_max_unary_chain": lambda v: f"unary{v}"}
-  return "".join(f"_{short[k.split('.')[1]](v)}" for k, v in sorted(overrides.items())
-                 if k.startswith("decode.") and k.split(".")[1] in short)
 
 
 def _write_set(stem: str, report: dict, eval_set: EvalSet, hypotheses: list[str],

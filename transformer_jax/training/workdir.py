@@ -57,13 +57,26 @@ def eval_stem(workdir: str, set_name: str, step: int, average: int = 0, settings
   """WORKDIR/eval/<set>_step<N>[_avg<k>][<settings>][_bleu<n>]: the stem of the report (.json)
   and translations (.txt, .jsonl) that `--mode=eval` writes for step N's checkpoint, or for the
   average of the last k (k <= 1: the checkpoint itself, no suffix); `settings` tags decode
-  overrides and ensembles (evaluate._settings_tag, evaluate.ensemble_tag); `bleu_sentences`
+  overrides and ensembles (settings_tag, evaluate.ensemble_tag); `bleu_sentences`
   n > 0: only the first n sentences translated, so such a report never overwrites one of the
   whole set. The one place that names them, for evaluate.py and for the
   experiments that read them."""
   name = (f"{set_name}_step{step}" + (f"_avg{average}" if average > 1 else "") + settings
           + (f"_bleu{bleu_sentences}" if bleu_sentences > 0 else ""))
   return files.join(workdir, EVAL_FOLDER, name)
+
+
+def settings_tag(overrides: dict) -> str:
+  """'_beam1_alpha1.0' (or '_constrained', '_free', '_unary5') for decode settings that differ
+  from the checkpoint's ({'decode.alpha': 1.0, ...}): reports made with other settings never
+  overwrite each other."""
+  short = {"beam_size": lambda v: f"beam{v}", "alpha": lambda v: f"alpha{v}",
+           "max_extra_len": lambda v: f"extra{v}",
+           "parse_constraint": lambda v: "constrained" if v else "free",
+           "parse_max_opens_in_a_row": lambda v: f"opens{v}",
+           "parse_max_unary_chain": lambda v: f"unary{v}"}
+  return "".join(f"_{short[k.split('.')[1]](v)}" for k, v in sorted(overrides.items())
+                 if k.startswith("decode.") and k.split(".")[1] in short)
 
 
 def free_space(path: str) -> str:
