@@ -8,6 +8,7 @@ import os
 import shlex
 import subprocess
 
+import nltk
 import pytest
 from absl import flags
 from ml_collections import config_flags
@@ -18,6 +19,7 @@ from tests.common import REPO
 from tests.sweep_fakes import one_line_error, sweep_cli, TABLE3
 from transformer_jax.runtime.exceptions import ConfigError
 from transformer_jax.runtime.overrides import parse_overrides
+from transformer_jax.tasks.parsing import parseval
 
 
 # The paper's Table 3, as printed (None: blank, "as base").
@@ -417,3 +419,34 @@ def test_the_head_width_sweep_crosses_head_count_with_head_width(table3):
     t3 = resolve.resolve(table3, theirs, "cpu_long")
     assert runs[mine].config.to_dict() == t3.config.to_dict()
     assert runs[mine].overrides == t3.overrides
+
+
+def test_the_parser_levers_verdict_needs_every_fold_and_the_pooled_bootstrap(tmp_path):
+  """experiments/parser_levers/report.py: a row better on every fold with p < 0.05 is adopted,
+  one better on two folds only stays as base, one missing a fold is pending."""
+  from experiments.parser_levers import report as levers_report
+  from transformer_jax.runtime.results import write_json
+  sweep = study.load_sweep(os.path.join(REPO, "experiments", "parser_levers"))
+  gold = "(TOP (S (NP (XX a) (XX b)) (VP (XX c) (NP (XX d) (XX e)))))"
+  flat = "(TOP (S (XX a) (XX b) (XX c) (XX d) (XX e)))"
+  folders = []
+  for fold in range(3):
+    folder = tmp_path / f"cv{fold}"
+    folder.mkdir()
+    write_json(str(folder / "references.json"), {"references": [gold] * 40})
+    rows = {"base": [flat] * 20 + [gold] * 20, "lr10": [gold] * 40,
+            "drop03": [gold] * 40 if fold < 2 else [flat] * 40}
+    if fold < 2:
+      rows["wd0"] = [gold] * 40
+    for row, trees in rows.items():
+      f1 = parseval.score_trees([nltk.Tree.fromstring(gold)] * 40,
+                                [nltk.Tree.fromstring(t) for t in trees])["f1"]
+      write_json(str(folder / f"{row}_seed0.json"), {"row": row, "seed": 0, "f1": f1,
+                                                     "hypotheses": trees})
+    folders.append(str(folder))
+  table = {r["row"]: r for r in levers_report.verdicts(sweep, folders)}
+  assert table["base"]["verdict"] == "base" and table["base"]["mean_delta"] == 0
+  assert table["lr10"]["verdict"] == "adopt" and table["lr10"]["p_value"] < 0.05
+  assert min(table["lr10"]["delta"]) > 0
+  assert table["drop03"]["verdict"] == "as base" and table["drop03"]["delta"][2] < 0
+  assert table["wd0"]["verdict"] == "pending" and table["wd0"]["f1"][2] is None

@@ -42,7 +42,7 @@ def fold_files(fold: int, folds: int = FOLDS, first_last: tuple[int, int] = TRAI
 def get_config(arg: str = ""):
   del arg
   c = define.new_sweep("parser_levers", "Levers on the treebank-sample parser, three folds",
-                       reference={})
+                       reference={}, report_sections=("experiments/parser_levers/report.py",))
   c.scales = ml_collections.ConfigDict()
   for fold in range(FOLDS):
     train, held = fold_files(fold)

@@ -1,0 +1,88 @@
+"""The report section of the parser levers: every row across the three folds, and its verdict.
+
+Each fold (scale cv0..cv2) scores a row on its own held-back trees; this section reads all of
+them, whichever scale's report it is in. A row's Δ on a fold is its bracket F1 less base's there;
+the paired bootstrap pools the folds' sentences (each tree scored by its own fold's run). The rule
+(README.md): a lever is adopted when its Δ is positive on every fold and the pooled p < 0.05;
+harmful when negative on every fold with p < 0.05; otherwise it stays as base.
+"""
+
+from __future__ import annotations
+
+import os
+
+import nltk
+
+from experiments.harness import records, study
+from experiments.parser_levers.sweep import FOLDS
+from transformer_jax.runtime import markdown
+from transformer_jax.runtime.results import read_json
+from transformer_jax.tasks.parsing import parseval
+
+SIGNIFICANT = 0.05
+
+
+def fold_results(sweep, folders=None) -> list[tuple[dict, list[nltk.Tree]]]:
+  """[({row: result of seed 0}, gold trees)] of each fold, from its result files (`folders`;
+  default: the study's results/parser_levers_cv<k>)."""
+  out = []
+  for fold in range(FOLDS):
+    folder = folders[fold] if folders else study.default_results_dir(sweep, f"cv{fold}")
+    refs = read_json(os.path.join(folder, "references.json")) or {"references": []}
+    results = {row: seeds[0] for row, seeds in records.load_results(folder).items() if 0 in seeds}
+    out.append((results, [nltk.Tree.fromstring(t) for t in refs["references"]]))
+  return out
+
+
+def verdicts(sweep, folders=None) -> list[dict]:
+  """Per row: F1 on each fold, Δ against base on each, their mean, the pooled paired bootstrap
+  and the verdict ('adopt', 'harmful', 'as base' or 'pending')."""
+  folds = fold_results(sweep, folders)
+  base_f1 = [f[0]["base"]["f1"] if "base" in f[0] else None for f in folds]
+  rows = []
+  for row in study.row_ids(sweep):
+    f1 = [f[0][row]["f1"] if row in f[0] else None for f in folds]
+    entry = {"row": row, "label": sweep.rows[row].label, "group": sweep.rows[row].group,
+             "f1": f1, "delta": None, "mean_delta": None, "p_value": None, "verdict": "pending"}
+    if None not in f1 and None not in base_f1:
+      entry["delta"] = [a - b for a, b in zip(f1, base_f1)]
+      entry["mean_delta"] = sum(entry["delta"]) / FOLDS
+      if row == "base":
+        entry["verdict"] = "base"
+      else:
+        golds, base_trees, row_trees = [], [], []
+        for results, gold in folds:
+          golds += gold
+          base_trees += [nltk.Tree.fromstring(t) for t in results["base"]["hypotheses"]]
+          row_trees += [nltk.Tree.fromstring(t) for t in results[row]["hypotheses"]]
+        entry["p_value"] = parseval.paired_bootstrap(golds, base_trees, row_trees)["f1"]["p_value"]
+        significant = entry["p_value"] < SIGNIFICANT
+        entry["verdict"] = ("adopt" if significant and min(entry["delta"]) > 0 else
+                            "harmful" if significant and max(entry["delta"]) < 0 else "as base")
+    rows.append(entry)
+  return rows
+
+
+def sections(sweep, rows: list[dict]) -> tuple[list[str], dict]:
+  """(Markdown lines, JSON entries): the rows across the folds, whichever fold this report is."""
+  del rows  # this scale's rows; the section reads every fold's
+  table = verdicts(sweep)
+  base = next(r for r in table if r["row"] == "base")
+  fmt = lambda v, spec: "" if v is None else format(v, spec)  # noqa: E731
+  spread = ("" if None in base["f1"] else
+            f" Base's F1 ranges {min(base['f1']):.2f}–{max(base['f1']):.2f} over the folds.")
+  lines = ["", "## Across the folds", "",
+           f"Bracket F1 on each fold's held-back trees (constrained search, the first "
+           f"{sweep.scales.cv0.bleu_sentences} of each), Δ against base on the same fold, their "
+           f"mean, and p: the paired bootstrap of the row against base over the folds' "
+           f"sentences pooled. Verdict: adopt = Δ > 0 on every fold and p < {SIGNIFICANT:g}; "
+           f"harmful = Δ < 0 on every fold and p < {SIGNIFICANT:g}; as base otherwise." + spread,
+           "",
+           markdown.table(
+               ["row", "group", *[f"F1 fold {i}" for i in range(FOLDS)],
+                *[f"Δ fold {i}" for i in range(FOLDS)], "mean Δ", "p", "verdict"],
+               [[r["label"], r["group"], *[fmt(v, ".2f") for v in r["f1"]],
+                 *([fmt(v, "+.2f") for v in r["delta"]] if r["delta"] else [""] * FOLDS),
+                 fmt(r["mean_delta"], "+.2f"), fmt(r["p_value"], ".3f"), r["verdict"]]
+                for r in table])]
+  return lines, {"across_folds": table}
