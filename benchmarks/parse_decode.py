@@ -1,7 +1,7 @@
 """A trained parser's dev decoding, timed: sentences/s of the search `--mode=eval` runs.
 
   taskset -c 0 python -m benchmarks.parse_decode --workdir=W [--sentences=N] \
-      [--config.decode.KEY=VALUE]...
+      [--config.decode.KEY=VALUE]... [--config.data.eval_files=FILES]
 
 The workdir is loaded by the one loader (inference/trained.py) with the decode overrides on top
 (the constrained search by default, `decode.parse_constraint=True`), and its dev sentences are
@@ -48,9 +48,11 @@ def _overrides(override_args) -> list[str]:
 def settings(values: flags.FlagValues, override_args) -> dict:
   """The benchmark's flags and the decode overrides (the workdir's own config is its
   checkpoint's, not resolved here)."""
-  bad = [a for a in override_args if not a.startswith("--config.decode.")]
+  bad = [a for a in override_args
+         if not a.startswith(("--config.decode.", "--config.data.eval_files="))]
   if bad:
-    raise ConfigError(f"{bad[0]}: benchmarks.parse_decode takes only --config.decode.* overrides")
+    raise ConfigError(f"{bad[0]}: benchmarks.parse_decode takes only --config.decode.* and "
+                      "--config.data.eval_files overrides")
   own = {"sentences": values.sentences, "overrides": _overrides(override_args)}
   return settings_lib.normalized(settings_lib.benchmark_settings(own))
 

@@ -210,7 +210,8 @@ def test_random_walks_through_the_automaton_never_end_in_a_dead_end(unary):
     assert max(tc.search_limits(tok.decode(out))[1], 1) <= unary, tok.decode(out)
 
 
-def _decode(tok, c, sources, *, beam_size):
+def _decode(tok, c, sources, *, beam_size, drop_finished=False, segments=False):
+  """The decoded texts (with `segments`: dropping_decode's segments instead)."""
   cfg = ModelConfig(vocab_size=tok.vocab_size, d_model=16, num_heads=2, d_k=8, d_v=8, d_ff=32,
                     num_encoder_layers=1, num_decoder_layers=1, max_len=256, dropout_rate=0.0)
   params = init_params(cfg, seed=3, scale=3.0)
@@ -218,8 +219,11 @@ def _decode(tok, c, sources, *, beam_size):
   inputs = np.zeros((len(ids), max(map(len, ids))), np.int32)
   for i, x in enumerate(ids):
     inputs[i, :len(x)] = x
+  if segments:
+    return decode.dropping_decode(cfg, params, inputs, beam_size=beam_size, alpha=0.3,
+                                  max_extra_len=60, constraint=c)[2]
   out, _ = decode.translate_batch(cfg, params, inputs, beam_size=beam_size, alpha=0.3,
-                                  max_extra_len=60, constraint=c)
+                                  max_extra_len=60, constraint=c, drop_finished=drop_finished)
   return [tok.decode(x) for x in decode.strip_eos(out)]
 
 
@@ -237,6 +241,19 @@ def test_a_random_models_constrained_outputs_are_trees_over_the_words(leaves, be
     assert not parsed.repaired, o
     if leaves == "words":  # the leaves the search wrote are the sentence
       assert [t for t in o.split() if t[0] not in "()"] == s.split()
+
+
+@needs_sample
+def test_sentences_that_leave_the_batch_get_the_trees_they_got_in_it():
+  """decode.dropping_decode on a fixed random parser: 16 sentences (8, then 4 left searching)
+  give the very trees of the search that keeps every sentence to the end."""
+  tok, dev = sample()
+  c = _constraint(tok)
+  sources = [e.words for e in dev[:16]]
+  assert decode.next_rows(16) == 8 and decode.next_rows(8) == 4 and decode.next_rows(4) == 0
+  assert _decode(tok, c, sources, beam_size=4, drop_finished=True) == _decode(
+      tok, c, sources, beam_size=4)
+  assert len(_decode(tok, c, sources, beam_size=4, segments=True)) > 1
 
 
 def test_the_constraint_is_for_parsers():

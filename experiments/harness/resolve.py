@@ -182,12 +182,14 @@ def seeds_of(sweep, scale_name: str, row_id: str, seeds: list[int] | None = None
 
 
 # Config keys that do not change a run's results (logging, checkpoint and dev-evaluation
-# cadence, paths, the seed, which every result records on its own): left out of the protocol.
+# cadence, paths, the seed, which every result records on its own, and how the search spends
+# its steps): left out of the protocol.
 BOOKKEEPING_KEYS = frozenset((
     "seed", "data.data_dir", "data.eval_data_dir", "data.tfds_data_dir", "data.num_workers",
     "train.log_every_steps", "train.checkpoint_every_minutes", "train.checkpoint_every_steps",
     "train.keep_checkpoints", "train.keep_every_steps", "train.progress_bar", "train.peak_flops", "train.max_train_minutes",
-    "train.eval_every_steps", "train.max_eval_batches", "train.eval_bleu_sentences"))
+    "train.eval_every_steps", "train.max_eval_batches", "train.eval_bleu_sentences",
+    "decode.drop_finished"))
 
 
 def protocol(res: Resolved, sweep: ml_collections.ConfigDict) -> dict[str, Any]:

@@ -121,6 +121,21 @@ def _sentence_done(state: BeamState, limit_B, alpha, stop_early=True):
   return (state.step >= limit_B) | (worst_finished_B > best_reachable_B)
 
 
+def initial_state(cache, batch: int, beam_size: int, max_len: int) -> BeamState:
+  """The search's start for `batch` sentences: one live empty hypothesis each, nothing finished."""
+  k = beam_size
+  first_beam_only_BxK = jnp.where(jnp.arange(k) == 0, 0.0, NEG_INF)[None, :]
+  return BeamState(
+      step=jnp.array(0, jnp.int32),
+      live_seqs_BxKxL=jnp.zeros((batch, k, max_len), jnp.int32),
+      live_logprobs_BxK=jnp.broadcast_to(first_beam_only_BxK, (batch, k)).astype(jnp.float32),
+      last_ids_BxK=jnp.zeros((batch, k), jnp.int32),
+      finished_seqs_BxKxL=jnp.zeros((batch, k, max_len), jnp.int32),
+      finished_scores_BxK=jnp.full((batch, k), NEG_INF, jnp.float32),
+      finished_flags_BxK=jnp.zeros((batch, k), bool),
+      cache=cache)
+
+
 def beam_search(step_fn: StepFn, cache, limit_B, *, beam_size: int, alpha: float,
                 max_len: int, stop_early: bool = True) -> BeamResult:
   """Beam search for a batch of sentences.
@@ -140,23 +155,34 @@ def beam_search(step_fn: StepFn, cache, limit_B, *, beam_size: int, alpha: float
     BeamResult: the k finished hypotheses of each sentence, best first ([B, K, L] int32,
     EOS-terminated, zero padded), their scores log P(Y) / lp(|Y|) [B, K], the steps run.
   """
+  state = initial_state(cache, jnp.shape(limit_B)[0], beam_size, max_len)
+  final = search(step_fn, state, limit_B, beam_size=beam_size, alpha=alpha, max_len=max_len,
+                 stop_early=stop_early)
+  # Every sentence is forced to finish at its limit (<= max_len), so finished slot 0 is filled.
+  return BeamResult(final.finished_seqs_BxKxL, final.finished_scores_BxK, final.step)
+
+
+def sentences_done(state: BeamState, limit_B, *, alpha: float, max_len: int,
+                   stop_early: bool = True):
+  """[B] bool: the sentences whose finished hypotheses are final (`search`'s rule)."""
+  limit_B = jnp.clip(jnp.asarray(limit_B, jnp.int32), 1, max_len)
+  return _sentence_done(state, limit_B, alpha, stop_early) | (state.step >= max_len)
+
+
+def search(step_fn: StepFn, state: BeamState, limit_B, *, beam_size: int, alpha: float,
+           max_len: int, stop_early: bool = True, until_live_at_most: int = 0) -> BeamState:
+  """Runs the search from `state` (beam_search's arguments) until every sentence is done, or,
+  with `until_live_at_most` n > 0, until at most n sentences are not done: a caller then drops
+  the done ones from the batch (decode.py), so that finished sentences stop costing. A done
+  sentence's finished hypotheses never change again."""
   k = beam_size
   limit_B = jnp.clip(jnp.asarray(limit_B, jnp.int32), 1, max_len)
   batch = limit_B.shape[0]
   limit_N = jnp.repeat(limit_B, k)
-  first_beam_only_BxK = jnp.where(jnp.arange(k) == 0, 0.0, NEG_INF)[None, :]
-  state = BeamState(
-      step=jnp.array(0, jnp.int32),
-      live_seqs_BxKxL=jnp.zeros((batch, k, max_len), jnp.int32),
-      live_logprobs_BxK=jnp.broadcast_to(first_beam_only_BxK, (batch, k)).astype(jnp.float32),
-      last_ids_BxK=jnp.zeros((batch, k), jnp.int32),
-      finished_seqs_BxKxL=jnp.zeros((batch, k, max_len), jnp.int32),
-      finished_scores_BxK=jnp.full((batch, k), NEG_INF, jnp.float32),
-      finished_flags_BxK=jnp.zeros((batch, k), bool),
-      cache=cache)
 
   def cond_fn(state: BeamState):
-    return (state.step < max_len) & ~jnp.all(_sentence_done(state, limit_B, alpha, stop_early))
+    not_done = jnp.sum(~_sentence_done(state, limit_B, alpha, stop_early))
+    return (state.step < max_len) & (not_done > until_live_at_most)
 
   def body_fn(state: BeamState):
     t = state.step
@@ -200,6 +226,24 @@ def beam_search(step_fn: StepFn, cache, limit_B, *, beam_size: int, alpha: float
         finished_flags_BxK=_take_beams(all_flags_Bx3K, keep_BxK),
         cache=cache)
 
-  final = lax.while_loop(cond_fn, body_fn, state)
-  # Every sentence is forced to finish at its limit (<= max_len), so finished slot 0 is filled.
-  return BeamResult(final.finished_seqs_BxKxL, final.finished_scores_BxK, final.step)
+  return lax.while_loop(cond_fn, body_fn, state)
+
+
+def take_sentences(state: BeamState, keep_M, beam_size: int) -> BeamState:
+  """The search of sentences `keep_M` only (int32 [M] indices into the batch): a smaller batch
+  that continues exactly where these sentences were. Each self-attention buffer
+  ([heads, sentences, ...]) keeps their sentences, every other per-row cache entry (B*K rows
+  first: the beam tables, cross-attention keys/values, a constraint's state) their rows."""
+  rows_N = (keep_M[:, None] * beam_size + jnp.arange(beam_size)[None, :]).reshape(-1)
+
+  def take(path, x):
+    if jnp.ndim(x) == 0:
+      return x
+    names = {getattr(p, "key", getattr(p, "name", None)) for p in path}
+    if names & {"cached_key", "cached_value"}:
+      return jnp.take(x, keep_M, axis=1)
+    return jnp.take(x, rows_N, axis=0)
+
+  per_sentence = {f: jnp.take(getattr(state, f), keep_M, axis=0) for f in state._fields
+                  if f not in ("step", "cache")}
+  return state._replace(cache=jax.tree_util.tree_map_with_path(take, state.cache), **per_sentence)

@@ -21,6 +21,7 @@ A task may restrict what the search writes (a parser: trees over its source's wo
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Any, Protocol
 
@@ -119,6 +120,35 @@ def encode(model_cfg: ModelConfig, params, inputs_BxS):
   return Transformer(model_cfg).apply({"params": params}, inputs_BxS, method=Transformer.encode)
 
 
+def _search_parts(model_cfg: Models, params, inputs_BxS, *, beam_size: int, max_extra_len: int,
+                  constraint: Constraint, new_cache: bool = True):
+  """(step_fn, the first cache or None, limit_B, max_len) of a search over `inputs_BxS`: one
+  model's or an ensemble's (equally long tuples of configs and parameters). Without
+  `new_cache`, the step of a search that continues over a cache it already has."""
+  ensemble = isinstance(model_cfg, tuple)
+  members = [unstack_layers(c, p) for c, p in (zip(model_cfg, params) if ensemble
+                                                else [(model_cfg, params)])]
+  max_len = min(buffer_length(c, inputs_BxS.shape[1], max_extra_len) for c, _ in members)
+  caches, step_fns = [], []
+  for cfg, p in members:
+    encoded_BxSxD = encode(cfg, p, inputs_BxS)  # not computed when only the step reads it
+    encoded_NxSxD, inputs_NxS = beam_search.expand_to_beams((encoded_BxSxD, inputs_BxS), beam_size)
+    # The cache is made for the B*K rows directly (the head-major self-attention buffers have
+    # their rows on axis 1; the cross-attention keys/values are projected for each beam's row).
+    if new_cache:
+      caches.append(init_cache(cfg, p, encoded_NxSxD, inputs_NxS, max_len, beam_size))
+    step_fns.append(make_step_fn(cfg, p, encoded_NxSxD, inputs_NxS, max_len, beam_size))
+  cache = (tuple(caches) if ensemble else caches[0]) if new_cache else None
+  step_fn = ensemble_step_fn(step_fns) if ensemble else step_fns[0]
+  limit_B = output_limits(inputs_BxS, max_extra_len, max_len)
+  if constraint is not None:
+    inputs_NxS, limit_N = beam_search.expand_to_beams((inputs_BxS, limit_B), beam_size)
+    step_fn = constraint.constrain(step_fn, inputs_NxS, limit_N)
+    if new_cache:
+      cache = constraint.initial_cache(cache, inputs_NxS.shape[0])
+  return step_fn, cache, limit_B, max_len
+
+
 def beam_decode(model_cfg: Models, params, inputs_BxS, *, beam_size: int = 4, alpha: float = 0.6,
                 max_extra_len: int = 50, stop_early: bool = True,
                 constraint: Constraint = None) -> beam_search.BeamResult:
@@ -127,29 +157,130 @@ def beam_decode(model_cfg: Models, params, inputs_BxS, *, beam_size: int = 4, al
   `model_cfg` and `params` may be equally long tuples: an ensemble (ensemble_step_fn) whose
   members share the vocabulary; its output buffer is the shortest any member allows.
   `constraint`: what the outputs must obey (a SearchConstraint), None for a free search."""
-  ensemble = isinstance(model_cfg, tuple)
-  members = [unstack_layers(c, p) for c, p in (zip(model_cfg, params) if ensemble
-                                                else [(model_cfg, params)])]
-  max_len = min(buffer_length(c, inputs_BxS.shape[1], max_extra_len) for c, _ in members)
-  caches, step_fns = [], []
-  for cfg, p in members:
-    encoded_BxSxD = encode(cfg, p, inputs_BxS)
-    encoded_NxSxD, inputs_NxS = beam_search.expand_to_beams((encoded_BxSxD, inputs_BxS), beam_size)
-    # The cache is made for the B*K rows directly (the head-major self-attention buffers have
-    # their rows on axis 1; the cross-attention keys/values are projected for each beam's row).
-    caches.append(init_cache(cfg, p, encoded_NxSxD, inputs_NxS, max_len, beam_size))
-    step_fns.append(make_step_fn(cfg, p, encoded_NxSxD, inputs_NxS, max_len, beam_size))
-  if ensemble:
-    cache, step_fn = tuple(caches), ensemble_step_fn(step_fns)
-  else:
-    cache, step_fn = caches[0], step_fns[0]
-  limit_B = output_limits(inputs_BxS, max_extra_len, max_len)
-  if constraint is not None:
-    inputs_NxS, limit_N = beam_search.expand_to_beams((inputs_BxS, limit_B), beam_size)
-    step_fn = constraint.constrain(step_fn, inputs_NxS, limit_N)
-    cache = constraint.initial_cache(cache, inputs_NxS.shape[0])
+  step_fn, cache, limit_B, max_len = _search_parts(
+      model_cfg, params, inputs_BxS, beam_size=beam_size, max_extra_len=max_extra_len,
+      constraint=constraint)
   return beam_search.beam_search(step_fn, cache, limit_B, beam_size=beam_size, alpha=alpha,
                                  max_len=max_len, stop_early=stop_early)
+
+
+# ----------------------------------------------------------------------------- finished sentences leave
+
+# A batch is halved while it stays at least this many sentences per data-parallel device: below
+# that a step costs about the same whatever the rows, and each size is one more compilation.
+MIN_ROWS_PER_DEVICE = 4
+
+
+def next_rows(rows: int, devices: int = 1) -> int:
+  """The batch a search of `rows` sentences shrinks to once no more than that many are still
+  searching: half, while a multiple of `devices` and not under MIN_ROWS_PER_DEVICE each; 0: it
+  runs to the end at `rows`."""
+  half = rows // 2
+  return half if rows % 2 == 0 and half % devices == 0 and half >= MIN_ROWS_PER_DEVICE * devices else 0
+
+
+def _best(state: beam_search.BeamState):
+  return state.finished_seqs_BxKxL[:, 0, :]
+
+
+def first_segment(model_cfg: Models, params, inputs_BxS, *, beam_size: int, alpha: float,
+                  max_extra_len: int, constraint: Constraint, until_live_at_most: int):
+  """Pure: the search of a new batch until at most `until_live_at_most` sentences are still
+  searching (0: to the end). Returns (state, done_B, best_BxL)."""
+  step_fn, cache, limit_B, max_len = _search_parts(
+      model_cfg, params, inputs_BxS, beam_size=beam_size, max_extra_len=max_extra_len,
+      constraint=constraint)
+  state = beam_search.initial_state(cache, inputs_BxS.shape[0], beam_size, max_len)
+  state = beam_search.search(step_fn, state, limit_B, beam_size=beam_size, alpha=alpha,
+                             max_len=max_len, until_live_at_most=until_live_at_most)
+  done_B = beam_search.sentences_done(state, limit_B, alpha=alpha, max_len=max_len)
+  return state, done_B, _best(state)
+
+
+def next_segment(model_cfg: Models, params, inputs_BxS, state, keep_M, *, beam_size: int,
+                 alpha: float, max_extra_len: int, constraint: Constraint,
+                 until_live_at_most: int):
+  """Pure: the search of sentences `keep_M` of a batch, continued from `state` as a batch of M
+  (beam_search.take_sentences). Returns (inputs_MxS, state, done_M, best_MxL)."""
+  inputs_MxS = jnp.take(inputs_BxS, keep_M, axis=0)
+  state = beam_search.take_sentences(state, keep_M, beam_size)
+  step_fn, _, limit_M, max_len = _search_parts(
+      model_cfg, params, inputs_MxS, beam_size=beam_size, max_extra_len=max_extra_len,
+      constraint=constraint, new_cache=False)
+  state = beam_search.search(step_fn, state, limit_M, beam_size=beam_size, alpha=alpha,
+                             max_len=max_len, until_live_at_most=until_live_at_most)
+  done_M = beam_search.sentences_done(state, limit_M, alpha=alpha, max_len=max_len)
+  return inputs_MxS, state, done_M, _best(state)
+
+
+@functools.lru_cache(maxsize=None)
+def _segments(model_cfg: Models, beam_size: int, alpha: float, max_extra_len: int, mesh,
+              constraint: Constraint, until_live_at_most: int):
+  """first_segment and next_segment jitted for these settings; with a mesh, what the host reads
+  (done flags, best outputs) comes out replicated, the search state as the partitioner lays it."""
+  settings = dict(beam_size=beam_size, alpha=alpha, max_extra_len=max_extra_len,
+                  constraint=constraint, until_live_at_most=until_live_at_most)
+  replicate = ((lambda x: jax.lax.with_sharding_constraint(x, sharding.replicated(mesh)))
+               if mesh is not None else (lambda x: x))
+
+  def first(params, inputs_BxS):
+    state, done_B, best_BxL = first_segment(model_cfg, params, inputs_BxS, **settings)
+    return state, replicate(done_B), replicate(best_BxL)
+
+  def then(params, inputs_BxS, state, keep_M):
+    inputs_MxS, state, done_M, best_MxL = next_segment(model_cfg, params, inputs_BxS, state,
+                                                       keep_M, **settings)
+    return inputs_MxS, state, replicate(done_M), replicate(best_MxL)
+  return jax.jit(first), jax.jit(then)
+
+
+def _global(mesh, array, logical_axes):
+  """A host array as the mesh's (the same on every process), laid out by `logical_axes`."""
+  if mesh is None:
+    return jnp.asarray(array)
+  sh = (sharding.logical_sharding(mesh, logical_axes, sharding.INFERENCE_RULES) if logical_axes
+        else sharding.replicated(mesh))
+  return jax.make_array_from_callback(array.shape, sh, lambda i: array[i])
+
+
+def dropping_decode(model_cfg: Models, params, inputs_BxS, *, beam_size: int, alpha: float,
+                    max_extra_len: int, mesh=None, constraint: Constraint = None):
+  """(best output of each sentence [B, L] int32 numpy, decoder steps, [(rows, steps)] of each
+  segment the search ran): the beam search of beam_decode, where the sentences that are done
+  leave the batch. The batch runs until at most
+  half of it is still searching, then those continue as a batch of half the size (padded with
+  done sentences, which stay done), down to next_rows' floor, where it runs to the end: a done
+  sentence's hypotheses never change, so the outputs are beam_decode's."""
+  inputs_BxS = np.asarray(inputs_BxS, np.int32)
+  devices = sharding.batch_parallelism(mesh) if mesh is not None else 1
+  rows = inputs_BxS.shape[0]
+  until = next_rows(rows, devices)
+  first, _ = _segments(model_cfg, beam_size, float(alpha), max_extra_len, mesh, constraint, until)
+  context = (sharding.mesh_context(mesh, sharding.INFERENCE_RULES) if mesh is not None
+             else contextlib.nullcontext())
+  with context:
+    inputs = _global(mesh, inputs_BxS, ("batch", "length"))
+    state, done, best = first(params, inputs)
+    out_BxL, index_R, segments, before = None, np.arange(rows), [], 0
+    while True:
+      done_R, best_RxL = np.asarray(jax.device_get(done)), np.asarray(jax.device_get(best))
+      step = int(jax.device_get(state.step))
+      segments.append((len(index_R), step - before))
+      before = step
+      if out_BxL is None:
+        out_BxL = np.zeros((rows, best_RxL.shape[1]), np.int32)
+      out_BxL[index_R[done_R]] = best_RxL[done_R]
+      alive = np.flatnonzero(~done_R)
+      if until == 0 or not alive.size:
+        out_BxL[index_R[alive]] = best_RxL[alive]  # at the end every sentence is done
+        break
+      keep_M = np.concatenate([alive, np.flatnonzero(done_R)[:until - alive.size]]).astype(np.int32)
+      index_R = index_R[keep_M]
+      until = next_rows(until, devices)
+      _, then = _segments(model_cfg, beam_size, float(alpha), max_extra_len, mesh, constraint,
+                          until)
+      inputs, state, done, best = then(params, inputs, state, _global(mesh, keep_M, None))
+  return out_BxL, before, segments
 
 
 @functools.lru_cache(maxsize=None)
@@ -182,11 +313,17 @@ def sharded_beam_decode(model_cfg: Models, beam_size: int, alpha: float, max_ext
 
 def translate_batch(model_cfg: Models, params, inputs_BxS, *, beam_size: int = 4,
                     alpha: float = 0.6, max_extra_len: int = 50, mesh=None,
-                    constraint: Constraint = None):
+                    constraint: Constraint = None, drop_finished: bool = False):
   """(The best beam-search hypothesis per sentence: int32 [B, L], EOS-terminated, zero padded;
   the decoder steps the search ran). Tuples of configs and parameters: an ensemble, as
   beam_decode. With a mesh, the B rows (a multiple of its data-parallel size,
-  the same on every process) are decoded split over it."""
+  the same on every process) are decoded split over it. `drop_finished`: done sentences leave
+  the batch (dropping_decode; the same outputs)."""
+  if drop_finished:
+    out_BxL, steps, _ = dropping_decode(model_cfg, params, inputs_BxS, beam_size=beam_size,
+                                        alpha=alpha, max_extra_len=max_extra_len, mesh=mesh,
+                                        constraint=constraint)
+    return out_BxL, steps
   if mesh is None:
     fn = jitted_beam_decode(model_cfg, beam_size, float(alpha), max_extra_len,
                             constraint=constraint)

@@ -120,7 +120,7 @@ class Translator:
       out, steps = decode.translate_batch(
           self._models, self._params, inputs, beam_size=self.beam_size, alpha=self.alpha,
           max_extra_len=self.config.decode.max_extra_len, mesh=self.mesh,
-          constraint=self.constraint)
+          constraint=self.constraint, drop_finished=self.config.decode.drop_finished)
       self.decoder_steps += int(steps)
       for row, ids in zip(idx, decode.strip_eos(jax.device_get(out))):
         results[row] = ids

@@ -148,6 +148,8 @@ def default_config() -> ml_collections.ConfigDict:
   dc.max_extra_len = 50           # output limit: input length + 50
   dc.batch_size = 32
   dc.average_checkpoints = 0      # eval: average the last k checkpoints first (0: off)
+  dc.drop_finished = True         # done sentences leave the batch (halved as they finish), so
+                                  # they stop costing; the same outputs (decode.dropping_decode)
   dc.parse_constraint = False     # parsing: the search emits only trees over the source's words
                                   # (tree_constraint.py; a deviation: the paper decodes freely)
   dc.parse_max_opens_in_a_row = 8  # constrained search: opening brackets between two leaves
