@@ -174,6 +174,13 @@ def _check_sweep_result(data: dict) -> tuple[str, str]:
       return "drift", f"the sweep command at HEAD: {diff}"
   if commands.get("train"):
     resolved = resolve_training_command(commands["train"])
+    # A row scored on another's run (resolve.shared_training) gives its decode settings to the
+    # evaluation: the result is what both recorded commands ran.
+    evaluation = shlex.split(commands.get("eval", ""))
+    resolved.update(parse_overrides([a for a in evaluation if a.startswith("--config.decode.")]))
+    average = [a.split("=", 1)[1] for a in evaluation if a.startswith("--average=")]
+    if average:
+      resolved["decode.average_checkpoints"] = int(average[0])
     diff = settings_difference(protocol["resolved"], resolved, resolve.BOOKKEEPING_KEYS)
     if diff:
       return "drift", f"the training command at HEAD: {diff}"
