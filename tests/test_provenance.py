@@ -170,3 +170,19 @@ def test_the_levers_sweep_trains_what_the_retired_pilot_script_trained():
             c.model.pre_ln, c.data.extra_train_files) == values, row
     assert (c.train.num_steps, c.train.weight_decay, c.decode.alpha, c.model.d_model,
             c.train.checkpoint_every_steps, c.train.max_train_minutes) == (2700, 0.1, 0.6, 256, 90, 0.0)
+
+
+def test_a_benchmark_setting_the_code_gained_later_at_its_default_is_no_drift(tmp_path):
+  command = "python -m benchmarks --only=train --train=tiny:2x8 --steps=2 --warmup=1 --out=B"
+  settings = provenance._benchmark_settings(command)  # pylint: disable=protected-access
+  key = "train:tiny.decode.drop_finished"
+  assert settings[key] is True  # the schema's default, which tiny.py leaves alone
+
+  def check(name, recorded):
+    _write(tmp_path / name, {"command": command, "settings": recorded})
+    return provenance.check_result(str(tmp_path / name))
+
+  older = check("older.json", {k: v for k, v in settings.items() if k != key})
+  assert older.status == "ok", older.detail
+  gone = check("gone.json", {k: v for k, v in settings.items() if k != "benchmark.steps"})
+  assert gone.status == "drift" and "benchmark.steps: None recorded, 2 at HEAD" in gone.detail

@@ -140,10 +140,10 @@ def resolve_training_command(command: str) -> dict:
   return flatten(load(spec, overrides))
 
 
-def settings_difference(recorded: dict, resolved: dict, ignore=frozenset()) -> str:
+def settings_difference(recorded: dict, resolved: dict, ignore=frozenset(), schema_key=None) -> str:
   """The first key whose value differs ('key: X recorded, Y at HEAD'); a key the code gained
   later at its default is no difference, a key it lost is."""
-  key = records.differing_key(resolved, recorded, ignore)
+  key = records.differing_key(resolved, recorded, ignore, schema_key)
   if key is None:
     return ""
   at_head = f"{resolved[key]!r} at HEAD" if key in resolved else "no such key at HEAD"
@@ -224,17 +224,19 @@ def _check_settings(command: str, recorded: dict) -> tuple[str, str]:
   gone = _missing_program(command)
   if gone:
     return "drift", f"the recorded command runs {gone}, which HEAD does not have"
-  module = _entry_module(command)
+  module, schema_key = _entry_module(command), None
   if module.split(".")[0] == "benchmarks":
     resolved, ignore = _benchmark_settings(command), frozenset()
     if resolved is None:
       return "unchecked", "a benchmark's settings (benchmarks.settings is not in this checkout)"
+    schema_key = importlib.import_module("benchmarks.settings").config_key
   elif module in RESOLVERS:
     resolve_fn, ignore = RESOLVERS[module]
     resolved = resolve_fn(command)
   else:
     return "unchecked", f"records settings, but nothing resolves `python -m {module}`"
-  diff = settings_difference(recorded, json.loads(json.dumps(resolved, default=str)), ignore)
+  diff = settings_difference(recorded, json.loads(json.dumps(resolved, default=str)), ignore,
+                             schema_key)
   if diff:
     return "drift", f"the recorded command at HEAD: {diff}"
   return "ok", f"`python -m {module}`, {len(recorded)} settings"

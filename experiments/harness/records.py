@@ -26,13 +26,17 @@ from transformer_jax.training import metrics
 _RESULT_NAME = re.compile(r"^(?P<row>.+)_seed(?P<seed>\d+)\.json$")
 
 
-def added_later_at_default(key: str, ours: dict, theirs: dict) -> bool:
+def added_later_at_default(key: str, ours: dict, theirs: dict, schema_key=None) -> bool:
   """A config key the code gained after `theirs` was written, set to its default (which is how
-  the code behaved before it existed): not a difference."""
+  the code behaved before it existed): not a difference. `schema_key` maps a settings key to its
+  run-config key (None where it has none), for settings that prefix them."""
   if key in theirs or key not in ours:
     return False
+  name = schema_key(key) if schema_key else key
+  if name is None:
+    return False
   try:
-    return schema_default(key) == ours[key]
+    return schema_default(name) == ours[key]
   except ConfigError:
     return False
 
@@ -44,12 +48,12 @@ def added_later_at_default(key: str, ours: dict, theirs: dict) -> bool:
 _LAUNCH_FIELDS = ("hash", "overrides", "config")
 
 
-def differing_key(ours: dict, theirs: dict, ignore=frozenset()) -> str | None:
+def differing_key(ours: dict, theirs: dict, ignore=frozenset(), schema_key=None) -> str | None:
   """The first key (in order) whose value differs, but for `ignore` and a key the code gained
-  after `theirs` was written, at its default; None if none."""
+  after `theirs` was written, at its default (see added_later_at_default); None if none."""
   for key in sorted(set(ours) | set(theirs)):
     if key not in ignore and ours.get(key) != theirs.get(key) and not added_later_at_default(
-        key, ours, theirs):
+        key, ours, theirs, schema_key):
       return key
   return None
 
