@@ -388,6 +388,13 @@ def test_the_parser_levers_sweep_folds_partition_the_training_files():
     assert cfg.decode.parse_constraint and cfg.train.num_steps == 1200
     held.append(evaluated)
   assert set().union(*held) == set(range(1, 160)) and sum(map(len, held)) == 159
+  for fold in range(levers.FOLDS):  # a longer budget: the same folds, only the steps differ
+    for steps in levers.FOLD_STEPS:
+      name = levers.fold_scale(fold, steps)
+      assert levers.fold_steps(name) == steps
+      cfg = resolve.resolve(sweep, "base", name).config
+      assert cfg.train.num_steps == steps and files(cfg.data.eval_files) == held[fold]
+  assert levers.fold_steps("dev") is None and levers.fold_steps("dev25") is None
   dev = resolve.resolve(sweep, "base", "dev").config
   assert dev.data.eval_files == "wsj_0160-wsj_0179" and files(dev.data.train_files) == set(range(1, 160))
   assert files(resolve.resolve(sweep, "base", "dev25").config.data.train_files) == set(range(1, 41))

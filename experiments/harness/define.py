@@ -12,7 +12,7 @@ A sweep file (a study's `sweep.py`) has a `get_config()` returning a ConfigDict 
   file), a factor on every row's d_model, d_k, d_v and d_ff (h and N as the paper's, so the
   paper's ratios hold), the steps of every row, further overrides, the dev sentences a row's
   BLEU is computed on, and the seeds of every row and of the base row;
-- `report_sections`: files whose `sections(sweep, rows)` add a study's own sections to the
+- `report_sections`: files whose `sections(sweep, rows, scale_name)` add a study's own sections to the
   generic report (experiments/harness/report.py).
 
 How a row becomes a run config, its protocol and its command: experiments/harness/resolve.py.
@@ -117,7 +117,7 @@ def standard_scales() -> ml_collections.ConfigDict:
 def new_sweep(name: str, description: str = "", reference: dict[str, Any] | None = None,
               report_sections: tuple[str, ...] = ()) -> ml_collections.ConfigDict:
   """An empty sweep at the standard scales; `report_sections`: files (from the checkout's root)
-  whose `sections(sweep, rows)` the report adds (a study's own sections)."""
+  whose `sections(sweep, rows, scale_name)` the report adds (a study's own sections)."""
   c = ml_collections.ConfigDict()
   c.name = name
   c.description = description

@@ -245,7 +245,7 @@ def report_markdown(sweep, scale_name: str, rows: list[dict], results: dict, rea
             *comparison_lines(rows, other_scale, read_json(other + ".json"),
                               os.path.basename(other) + ".md"),
             *(paper_table(rows, base, parsing) if has_paper(rows) else base_table(rows, base, parsing))]
-  lines += study.report_sections(sweep, rows)[0]
+  lines += study.report_sections(sweep, rows, scale_name)[0]
   cols = list(HEADERS)
   lines += ["", "## What each row ran: widths, convergence, cost", "",
             f"![dev perplexity curves]({os.path.basename(stem)}_curves.png)", "",
@@ -376,7 +376,7 @@ def write_report(sweep, scale_name: str, results_dir: str, planned: dict[str, li
             "changed_from_scale": dict(changes or {}),
             "generated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "command": command, "settings": resolve.sweep_settings(sweep, scale_name, planned, changes),
-            "summary": summary_lines(rows), "rows": rows, **study.report_sections(sweep, rows)[1]}
+            "summary": summary_lines(rows), "rows": rows, **study.report_sections(sweep, rows, scale_name)[1]}
   write_result(stem, record, report_markdown(sweep, scale_name, rows, results, reading, stem,
                                              changes))
   paths = [stem + ".md", stem + ".json"]

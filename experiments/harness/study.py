@@ -4,7 +4,7 @@
     README.md     what it asks, the command, the machine, the headline result
     sweep.py      get_config(): the sweep (experiments/harness/define.py)
     protocol.py   the run config its scales train (when no shared config fits)
-    report.py     sections(sweep, rows): its own report sections (named by the sweep)
+    report.py     sections(sweep, rows, scale_name): its own report sections (named by the sweep)
     results/      <sweep>_<scale>/ (one file per run) and the reports beside it
 
 `--sweep=experiments/<study>` names a study by its folder; `--sweep=FILE.py` loads a sweep
@@ -111,14 +111,16 @@ def default_results_dir(sweep, scale_name: str) -> str:
   return os.path.join(base, f"{sweep.name}_{scale_name}")
 
 
-def report_sections(sweep, rows: list[dict]) -> tuple[list[str], dict]:
-  """The Markdown lines and JSON entries the sweep's `report_sections` files add."""
+def report_sections(sweep, rows: list[dict], scale_name: str) -> tuple[list[str], dict]:
+  """The Markdown lines and JSON entries the sweep's `report_sections` files add to the report
+  of `scale_name`."""
   lines, record = [], {}
   for path in sweep.get("report_sections", []):
     module = _import_file(path)
     if not hasattr(module, "sections"):
-      raise ConfigError(f"report sections file {path} has no sections(sweep, rows) function")
-    more, entries = module.sections(sweep, rows)
+      raise ConfigError(f"report sections file {path} has no sections(sweep, rows, scale_name) "
+                        "function")
+    more, entries = module.sections(sweep, rows, scale_name)
     lines += more
     record.update(entries)
   return lines, record

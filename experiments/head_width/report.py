@@ -23,8 +23,9 @@ def by_head_width(sweep, rows: list[dict]) -> list[dict]:
   return sorted(picked, key=lambda r: (r["hparams"]["d_k"], r["hparams"]["h"]))
 
 
-def sections(sweep, rows: list[dict]) -> tuple[list[str], dict]:
+def sections(sweep, rows: list[dict], scale_name: str) -> tuple[list[str], dict]:
   """(Markdown lines, JSON entries) of the report: the head rows by their per-head width."""
+  del scale_name  # every scale's report shows its own rows the same way
   widths = by_head_width(sweep, rows)
   record = {"by_head_width": [{"d_k": r["hparams"]["d_k"], "row": r["row"]} for r in widths]}
   if not widths:

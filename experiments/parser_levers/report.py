@@ -1,7 +1,8 @@
 """The report section of the parser levers: every row across the three folds, and its verdict.
 
-Each fold (scale cv0..cv2) scores a row on its own held-back trees; this section reads all of
-them, whichever scale's report it is in. A row's Δ on a fold is its bracket F1 less base's there;
+Each fold (scale cv0..cv2, or cv0_2400.. at a longer step budget) scores a row on its own
+held-back trees; this section reads every fold of the report's step budget (of each budget in a
+report of another scale). A row's Δ on a fold is its bracket F1 less base's there;
 the paired bootstrap pools the folds' sentences (each tree scored by its own fold's run). The rule
 (README.md): a lever is adopted when its Δ is positive on every fold and the pooled p < 0.05;
 harmful when negative on every fold with p < 0.05; otherwise it stays as base.
@@ -14,7 +15,7 @@ import os
 import nltk
 
 from experiments.harness import records, study
-from experiments.parser_levers.sweep import FOLDS
+from experiments.parser_levers.sweep import FOLD_STEPS, FOLDS, fold_scale, fold_steps
 from transformer_jax.runtime import markdown
 from transformer_jax.runtime.results import read_json
 from transformer_jax.tasks.parsing import parseval
@@ -22,22 +23,22 @@ from transformer_jax.tasks.parsing import parseval
 SIGNIFICANT = 0.05
 
 
-def fold_results(sweep, folders=None) -> list[tuple[dict, list[nltk.Tree]]]:
+def fold_results(sweep, folders=None, steps: int = FOLD_STEPS[0]) -> list[tuple[dict, list[nltk.Tree]]]:
   """[({row: result of seed 0}, gold trees)] of each fold, from its result files (`folders`;
-  default: the study's results/parser_levers_cv<k>)."""
+  default: the study's results folder of each fold at `steps`)."""
   out = []
   for fold in range(FOLDS):
-    folder = folders[fold] if folders else study.default_results_dir(sweep, f"cv{fold}")
+    folder = folders[fold] if folders else study.default_results_dir(sweep, fold_scale(fold, steps))
     refs = read_json(os.path.join(folder, "references.json")) or {"references": []}
     results = {row: seeds[0] for row, seeds in records.load_results(folder).items() if 0 in seeds}
     out.append((results, [nltk.Tree.fromstring(t) for t in refs["references"]]))
   return out
 
 
-def verdicts(sweep, folders=None) -> list[dict]:
-  """Per row: F1 on each fold, Δ against base on each, their mean, the pooled paired bootstrap
-  and the verdict ('adopt', 'harmful', 'as base' or 'pending')."""
-  folds = fold_results(sweep, folders)
+def verdicts(sweep, folders=None, steps: int = FOLD_STEPS[0]) -> list[dict]:
+  """Per row: F1 on each fold at `steps`, Δ against base on each, their mean, the pooled paired
+  bootstrap and the verdict ('adopt', 'harmful', 'as base' or 'pending')."""
+  folds = fold_results(sweep, folders, steps)
   base_f1 = [f[0]["base"]["f1"] if "base" in f[0] else None for f in folds]
   rows = []
   for row in study.row_ids(sweep):
@@ -63,26 +64,37 @@ def verdicts(sweep, folders=None) -> list[dict]:
   return rows
 
 
-def sections(sweep, rows: list[dict]) -> tuple[list[str], dict]:
-  """(Markdown lines, JSON entries): the rows across the folds, whichever fold this report is."""
+def sections(sweep, rows: list[dict], scale_name: str) -> tuple[list[str], dict]:
+  """(Markdown lines, JSON entries): the rows across the folds of this report's step budget,
+  whichever fold it is; a report of another scale (dev, ...) shows every budget's."""
   del rows  # this scale's rows; the section reads every fold's
-  table = verdicts(sweep)
+  steps = fold_steps(scale_name)
+  lines, record = [], {}
+  for budget in (steps,) if steps else FOLD_STEPS:
+    table = verdicts(sweep, steps=budget)
+    record[f"across_folds_{budget}"] = table
+    lines += _section(sweep, table, budget)
+  return lines, record
+
+
+def _section(sweep, table: list[dict], steps: int) -> list[str]:
   base = next(r for r in table if r["row"] == "base")
   fmt = lambda v, spec: "" if v is None else format(v, spec)  # noqa: E731
   spread = ("" if None in base["f1"] else
             f" Base's F1 ranges {min(base['f1']):.2f}–{max(base['f1']):.2f} over the folds.")
-  lines = ["", "## Across the folds", "",
-           f"Bracket F1 on each fold's held-back trees (constrained search, the first "
-           f"{sweep.scales.cv0.bleu_sentences} of each), Δ against base on the same fold, their "
-           f"mean, and p: the paired bootstrap of the row against base over the folds' "
-           f"sentences pooled. Verdict: adopt = Δ > 0 on every fold and p < {SIGNIFICANT:g}; "
-           f"harmful = Δ < 0 on every fold and p < {SIGNIFICANT:g}; as base otherwise." + spread,
-           "",
-           markdown.table(
-               ["row", "group", *[f"F1 fold {i}" for i in range(FOLDS)],
-                *[f"Δ fold {i}" for i in range(FOLDS)], "mean Δ", "p", "verdict"],
-               [[r["label"], r["group"], *[fmt(v, ".2f") for v in r["f1"]],
-                 *([fmt(v, "+.2f") for v in r["delta"]] if r["delta"] else [""] * FOLDS),
-                 fmt(r["mean_delta"], "+.2f"), fmt(r["p_value"], ".3f"), r["verdict"]]
-                for r in table])]
-  return lines, {"across_folds": table}
+  scales = ", ".join(fold_scale(f, steps) for f in range(FOLDS))
+  return ["", f"## Across the folds at {steps} steps", "",
+          f"Bracket F1 on each fold's held-back trees (scales {scales}; constrained search, the "
+          f"first {sweep.scales[fold_scale(0, steps)].bleu_sentences} of each), Δ against base on "
+          f"the same fold, their mean, and p: the paired bootstrap of the row against base over "
+          f"the folds' sentences pooled. Verdict: adopt = Δ > 0 on every fold and p < "
+          f"{SIGNIFICANT:g}; harmful = Δ < 0 on every fold and p < {SIGNIFICANT:g}; as base "
+          "otherwise." + spread,
+          "",
+          markdown.table(
+              ["row", "group", *[f"F1 fold {i}" for i in range(FOLDS)],
+               *[f"Δ fold {i}" for i in range(FOLDS)], "mean Δ", "p", "verdict"],
+              [[r["label"], r["group"], *[fmt(v, ".2f") for v in r["f1"]],
+                *([fmt(v, "+.2f") for v in r["delta"]] if r["delta"] else [""] * FOLDS),
+                fmt(r["mean_delta"], "+.2f"), fmt(r["p_value"], ".3f"), r["verdict"]]
+               for r in table])]

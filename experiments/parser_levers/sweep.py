@@ -2,6 +2,8 @@
 
   python -m experiments.harness.runner --sweep=experiments/parser_levers --scale=cv0 \
       --out=W/cv0 --parallel=2           # every row on fold 0; then cv1, cv2
+  python -m experiments.harness.runner --sweep=experiments/parser_levers --scale=cv0_2400 \
+      --out=W/cv0_2400 --parallel=2      # the same folds trained twice as long
   python -m experiments.harness.runner --sweep=experiments/parser_levers --scale=dev \
       --out=W/dev --rows=base            # the fixed dev split, reported, never chosen on
   python -m experiments.harness.runner --sweep=experiments/parser_levers --scale=dev25 \
@@ -25,6 +27,9 @@ PROTOCOL = "experiments/parser_levers/protocol.py"
 TRAIN_FILES = (1, 159)  # wsj_0001-wsj_0159: the sample's training files
 FOLDS = 3
 FOLD_SENTENCES = 200
+# The folds' step budgets: the protocol's (scales cv0..cv2) and each longer one (cv0_2400, ...),
+# a family of folds of its own whose verdicts are read across its folds only.
+FOLD_STEPS = (1200, 2400)
 CURVE = ((25, 40), (50, 80))  # (share of the training files, the last file): wsj_0001-wsj_0040, ...
 
 
@@ -39,19 +44,34 @@ def fold_files(fold: int, folds: int = FOLDS, first_last: tuple[int, int] = TRAI
   return ",".join(spec(a, b) for i, (a, b) in enumerate(ranges) if i != fold), spec(*held)
 
 
+def fold_scale(fold: int, steps: int = FOLD_STEPS[0]) -> str:
+  """The scale that trains `fold` for `steps`: 'cv0' at the protocol's steps, else 'cv0_2400'."""
+  return f"cv{fold}" if steps == FOLD_STEPS[0] else f"cv{fold}_{steps}"
+
+
+def fold_steps(scale_name: str) -> int | None:
+  """The step budget of a fold scale (the inverse of fold_scale); None for another scale."""
+  head, _, steps = scale_name.partition("_")
+  if not (head.startswith("cv") and head[2:].isdigit()):
+    return None
+  return int(steps) if steps.isdigit() else FOLD_STEPS[0] if not steps else None
+
+
 def get_config(arg: str = ""):
   del arg
   c = define.new_sweep("parser_levers", "Levers on the treebank-sample parser, three folds",
                        reference={}, report_sections=("experiments/parser_levers/report.py",))
   c.scales = ml_collections.ConfigDict()
-  for fold in range(FOLDS):
-    train, held = fold_files(fold)
-    c.scales[f"cv{fold}"] = define.scale(
-        PROTOCOL, num_steps=0, bleu_sentences=FOLD_SENTENCES, seeds=(0,),
-        overrides={"data.train_files": train, "data.eval_files": held},
-        description=f"fold {fold} of {FOLDS}: train {train}, score the held-back {held} "
-                    f"(constrained beam-21 F1 on its first {FOLD_SENTENCES} trees, perplexity "
-                    "on all); 3 + 3 pre-LN layers of 256, 1200 steps")
+  for steps in FOLD_STEPS:
+    for fold in range(FOLDS):
+      train, held = fold_files(fold)
+      c.scales[fold_scale(fold, steps)] = define.scale(
+          PROTOCOL, num_steps=0 if steps == FOLD_STEPS[0] else steps,
+          bleu_sentences=FOLD_SENTENCES, seeds=(0,),
+          overrides={"data.train_files": train, "data.eval_files": held},
+          description=f"fold {fold} of {FOLDS}: train {train}, score the held-back {held} "
+                      f"(constrained beam-21 F1 on its first {FOLD_SENTENCES} trees, perplexity "
+                      f"on all); 3 + 3 pre-LN layers of 256, {steps} steps")
   c.scales.dev = define.scale(
       PROTOCOL, num_steps=0, bleu_sentences=0, seeds=(0,),
       description="the sample's fixed dev split (wsj_0160-wsj_0179, all 273 trees), trained on "
