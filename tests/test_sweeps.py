@@ -8,7 +8,6 @@ import os
 import shlex
 import subprocess
 
-import nltk
 import pytest
 from absl import flags
 from ml_collections import config_flags
@@ -19,7 +18,6 @@ from tests.common import REPO
 from tests.sweep_fakes import one_line_error, sweep_cli, TABLE3
 from transformer_jax.runtime.exceptions import ConfigError
 from transformer_jax.runtime.overrides import parse_overrides
-from transformer_jax.tasks.parsing import parseval
 
 
 # The paper's Table 3, as printed (None: blank, "as base").
@@ -373,42 +371,6 @@ def test_the_parsing_pilot_sweep_resolves():
   assert runs["words_constrained"].data.parse_leaves == "words"
 
 
-def test_the_parser_levers_sweep_folds_partition_the_training_files():
-  """experiments/parser_levers: three folds of wsj_0001-wsj_0159, each held back once and never
-  trained on in its own fold; every row changes only its own settings; dev is never a fold."""
-  from experiments.parser_levers import sweep as levers
-  sweep = study.load_sweep(os.path.join(REPO, "experiments", "parser_levers"))
-  files = lambda spec: {n for part in spec.split(",") for a, b in [part.split("-")]  # noqa: E731
-                        for n in range(int(a[4:]), int(b[4:]) + 1)}
-  held = []
-  for fold in range(levers.FOLDS):
-    cfg = resolve.resolve(sweep, "base", f"cv{fold}").config
-    train, evaluated = files(cfg.data.train_files), files(cfg.data.eval_files)
-    assert not train & evaluated and train | evaluated == set(range(1, 160))
-    assert cfg.decode.parse_constraint and cfg.train.num_steps == 1200
-    held.append(evaluated)
-  assert set().union(*held) == set(range(1, 160)) and sum(map(len, held)) == 159
-  for fold in range(levers.FOLDS):  # a longer budget: the same folds, only the steps differ
-    for steps in levers.FOLD_STEPS:
-      name = levers.fold_scale(fold, steps)
-      assert levers.fold_steps(name) == steps
-      cfg = resolve.resolve(sweep, "base", name).config
-      assert cfg.train.num_steps == steps and files(cfg.data.eval_files) == held[fold]
-  assert levers.fold_steps("dev") is None and levers.fold_steps("dev25") is None
-  dev = resolve.resolve(sweep, "base", "dev").config
-  assert dev.data.eval_files == "wsj_0160-wsj_0179" and files(dev.data.train_files) == set(range(1, 160))
-  assert files(resolve.resolve(sweep, "base", "dev25").config.data.train_files) == set(range(1, 41))
-  base = resolve.resolve(sweep, "base", "cv0").config.to_dict()
-  flat = lambda d, p="": {k2: v2 for k, v in d.items() for k2, v2 in (  # noqa: E731
-      flat(v, p + k + ".").items() if isinstance(v, dict) else [(p + k, v)])}
-  for row in study.row_ids(sweep):
-    run = resolve.resolve(sweep, row, "cv0")
-    changed = {k for k, v in flat(run.config.to_dict()).items() if flat(base)[k] != v}
-    assert changed == {o.split("=")[0][len("--config."):] for o in run.overrides
-                       if "_files=" not in o}
-    assert (row == "base") == (not changed)
-
-
 def test_the_head_width_sweep_crosses_head_count_with_head_width(table3):
   """experiments/head_width: h in {1, 8} x d_k = d_v in {8, 64} at cpu_long's protocol, two
   seeds a row; its base and h1_dk64 are table3's base and A h=1 at cpu_long, to the config key."""
@@ -426,34 +388,3 @@ def test_the_head_width_sweep_crosses_head_count_with_head_width(table3):
     t3 = resolve.resolve(table3, theirs, "cpu_long")
     assert runs[mine].config.to_dict() == t3.config.to_dict()
     assert runs[mine].overrides == t3.overrides
-
-
-def test_the_parser_levers_verdict_needs_every_fold_and_the_pooled_bootstrap(tmp_path):
-  """experiments/parser_levers/report.py: a row better on every fold with p < 0.05 is adopted,
-  one better on two folds only stays as base, one missing a fold is pending."""
-  from experiments.parser_levers import report as levers_report
-  from transformer_jax.runtime.results import write_json
-  sweep = study.load_sweep(os.path.join(REPO, "experiments", "parser_levers"))
-  gold = "(TOP (S (NP (XX a) (XX b)) (VP (XX c) (NP (XX d) (XX e)))))"
-  flat = "(TOP (S (XX a) (XX b) (XX c) (XX d) (XX e)))"
-  folders = []
-  for fold in range(3):
-    folder = tmp_path / f"cv{fold}"
-    folder.mkdir()
-    write_json(str(folder / "references.json"), {"references": [gold] * 40})
-    rows = {"base": [flat] * 20 + [gold] * 20, "lr10": [gold] * 40,
-            "drop03": [gold] * 40 if fold < 2 else [flat] * 40}
-    if fold < 2:
-      rows["wd0"] = [gold] * 40
-    for row, trees in rows.items():
-      f1 = parseval.score_trees([nltk.Tree.fromstring(gold)] * 40,
-                                [nltk.Tree.fromstring(t) for t in trees])["f1"]
-      write_json(str(folder / f"{row}_seed0.json"), {"row": row, "seed": 0, "f1": f1,
-                                                     "hypotheses": trees})
-    folders.append(str(folder))
-  table = {r["row"]: r for r in levers_report.verdicts(sweep, folders)}
-  assert table["base"]["verdict"] == "base" and table["base"]["mean_delta"] == 0
-  assert table["lr10"]["verdict"] == "adopt" and table["lr10"]["p_value"] < 0.05
-  assert min(table["lr10"]["delta"]) > 0
-  assert table["drop03"]["verdict"] == "as base" and table["drop03"]["delta"][2] < 0
-  assert table["wd0"]["verdict"] == "pending" and table["wd0"]["f1"][2] is None

@@ -23,12 +23,14 @@ from transformer_jax.tasks.parsing import parseval
 SIGNIFICANT = 0.05
 
 
-def fold_results(sweep, folders=None, steps: int = FOLD_STEPS[0]) -> list[tuple[dict, list[nltk.Tree]]]:
+def fold_results(sweep, folders=None,
+                 steps: int = FOLD_STEPS[0]) -> list[tuple[dict, list[nltk.Tree]]]:
   """[({row: result of seed 0}, gold trees)] of each fold, from its result files (`folders`;
   default: the study's results folder of each fold at `steps`)."""
   out = []
   for fold in range(FOLDS):
-    folder = folders[fold] if folders else study.default_results_dir(sweep, fold_scale(fold, steps))
+    scale = fold_scale(fold, steps)
+    folder = folders[fold] if folders else study.default_results_dir(sweep, scale)
     refs = read_json(os.path.join(folder, "references.json")) or {"references": []}
     results = {row: seeds[0] for row, seeds in records.load_results(folder).items() if 0 in seeds}
     out.append((results, [nltk.Tree.fromstring(t) for t in refs["references"]]))

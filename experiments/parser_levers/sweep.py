@@ -51,10 +51,8 @@ def fold_scale(fold: int, steps: int = FOLD_STEPS[0]) -> str:
 
 def fold_steps(scale_name: str) -> int | None:
   """The step budget of a fold scale (the inverse of fold_scale); None for another scale."""
-  head, _, steps = scale_name.partition("_")
-  if not (head.startswith("cv") and head[2:].isdigit()):
-    return None
-  return int(steps) if steps.isdigit() else FOLD_STEPS[0] if not steps else None
+  return next((steps for steps in FOLD_STEPS for fold in range(FOLDS)
+               if fold_scale(fold, steps) == scale_name), None)
 
 
 def get_config(arg: str = ""):
