@@ -232,6 +232,25 @@ def test_early_termination_bound_never_changes_the_result(alpha):
   assert stopped_early >= 20
 
 
+def test_a_sentence_with_no_live_hypothesis_left_is_done():
+  """A rule that allows fewer than k outputs (a constrained search's padding row: only EOS)
+  never fills the k finished slots; with no live hypothesis left the sentence is done, so the
+  batch stops when its other sentences are, with the results it had when run to the limit."""
+  length = 12
+  search = jax.jit(functools.partial(synthetic_search, beam_size=2, alpha=0.6))
+  for seed in range(100):
+    table_1xTxMxV = jnp.asarray(np.random.RandomState(seed).randn(1, length, STATES, 6) * 3,
+                                jnp.float32)
+    alone = search(table_1xTxMxV, jnp.array([length]))
+    if int(alone.num_steps) < length:
+      break
+  only_eos_1xTxMxV = jnp.full_like(table_1xTxMxV, beam_search.NEG_INF).at[..., EOS].set(0.0)
+  both = search(jnp.concatenate([table_1xTxMxV, only_eos_1xTxMxV]), jnp.array([length, length]))
+  assert int(both.num_steps) == int(alone.num_steps) < length
+  np.testing.assert_array_equal(both.seqs_BxKxL[0], alone.seqs_BxKxL[0])
+  assert trim(both.seqs_BxKxL[1, 0]) == [EOS]
+
+
 # ----------------------------------------------------------------------------- beam search
 
 

@@ -256,6 +256,29 @@ def test_sentences_that_leave_the_batch_get_the_trees_they_got_in_it():
   assert len(_decode(tok, c, sources, beam_size=4, segments=True)) > 1
 
 
+@needs_sample
+def test_padding_rows_end_the_constrained_search_at_once():
+  """A padding row (an empty source) allows one output, the empty tree, so it is done after one
+  step: a batch's padding rows (an evaluation's last batch, a single sentence) never run the
+  search on to their length limit."""
+  tok, dev = sample()
+  cfg = ModelConfig(vocab_size=tok.vocab_size, d_model=16, num_heads=2, d_k=8, d_v=8, d_ff=32,
+                    num_encoder_layers=1, num_decoder_layers=1, max_len=512, dropout_rate=0.0)
+  params = init_params(cfg, seed=3, scale=3.0)
+  ids = tok.encode_with_eos(dev[0].words)
+  inputs = np.zeros((4, len(ids)), np.int32)
+  inputs[0] = ids
+  out, steps = decode.translate_batch(cfg, params, inputs[1:], beam_size=4, alpha=0.3,
+                                      max_extra_len=400, constraint=_constraint(tok))
+  assert int(steps) == 1 and decode.strip_eos(out) == [[], [], []]
+  with_sentence, _ = decode.translate_batch(cfg, params, inputs, beam_size=4, alpha=0.3,
+                                            max_extra_len=40, constraint=_constraint(tok))
+  assert decode.strip_eos(with_sentence)[1:] == [[], [], []]
+  assert decode.strip_eos(with_sentence)[0] == decode.strip_eos(
+      decode.translate_batch(cfg, params, inputs[:1], beam_size=4, alpha=0.3, max_extra_len=40,
+                             constraint=_constraint(tok))[0])[0]
+
+
 def test_the_constraint_is_for_parsers():
   config = default_config()
   config.decode.parse_constraint = True

@@ -9,7 +9,9 @@ The search is tensor2tensor's, as the paper used, after the flax WMT example:
 - a sentence's output holds at most `limit_B` tokens including EOS (callers pass source length +
   max_extra_len); at the last position only EOS may follow;
 - a sentence is done when its k finished slots are full and the worst of them beats the best
-  score a live hypothesis could still reach (log-probabilities only fall, lp only grows);
+  score a live hypothesis could still reach (log-probabilities only fall, lp only grows), or
+  when no live hypothesis is left (a constrained search may allow fewer than k outputs, e.g.
+  only the empty one of a padding row: such a sentence would otherwise run to its limit);
 - the padding id 0 is never emitted (a deviation from t2t: teacher-forced scoring could not
   represent it).
 
@@ -111,14 +113,16 @@ class BeamResult(NamedTuple):
 
 
 def _sentence_done(state: BeamState, limit_B, alpha, stop_early=True):
-  """[B] bool: the sentence reached its length limit, or no live hypothesis can still win."""
-  if not stop_early:
-    return state.step >= limit_B
+  """[B] bool: the sentence reached its length limit, or no live hypothesis can still win (or
+  none is left)."""
   best_live_B = state.live_logprobs_BxK[:, 0]  # live hypotheses are kept sorted, best first
+  none_live_B = best_live_B <= 0.5 * NEG_INF
+  if not stop_early:
+    return (state.step >= limit_B) | none_live_B
   best_reachable_B = best_live_B / length_penalty(limit_B, alpha)
   all_full_B = jnp.all(state.finished_flags_BxK, axis=1)
   worst_finished_B = jnp.where(all_full_B, jnp.min(state.finished_scores_BxK, axis=1), NEG_INF)
-  return (state.step >= limit_B) | (worst_finished_B > best_reachable_B)
+  return (state.step >= limit_B) | none_live_B | (worst_finished_B > best_reachable_B)
 
 
 def initial_state(cache, batch: int, beam_size: int, max_len: int) -> BeamState:
