@@ -6,30 +6,59 @@ import sys
 from experiments.harness import run_report as report_run
 from tests.common import table_row
 
+TRANSLATION = {"score_name": "sacreBLEU", "score_key": "sacrebleu", "test_split": "test",
+               "score_metrics": [["bleu", "sacrebleu"], ["bleu_tokenized", "tokenized_bleu"]]}
+
 
 def test_report_run_markdown_and_curve_points():
   assert report_run.curve_steps([200, 400, 600, 800, 1000], 3) == [200, 600, 1000]
   assert report_run.curve_steps([5, 1], 6) == [1, 5]
+  assert report_run.curve_steps([200, 400, 600], 1) == [600]
   score = {"sacrebleu": 30.123, "tokenized_bleu": 31.5, "sacrebleu_signature": "nrefs:1|x",
            "decode": {"beam_size": 4, "alpha": 0.6}}
   md = report_run.report_markdown({
       "name": "m", "date": "2024-01-01", "machine": "x86_64", "command": "train", "report_command": "rep",
       "final_step": 1000, "train_wall_minutes": 12.34, "dev_metrics": [{"perplexity": 7.5}],
-      "averaged_checkpoints": 3, "test_averaged": score, "test_last_checkpoint": None,
-      "curve": [{"step": 500, "wall_minutes": 6.0, "dev_bleu": 20.0, "dev_bleu_tokenized": 21.0,
-                 "dev_perplexity": 9.0}], "curve_sentences": 0,
+      **TRANSLATION, "averaged_checkpoints": 3, "test_averaged": score,
+      "test_last_checkpoint": None,
+      "curve": [{"step": 500, "wall_minutes": 6.0, "dev_score": 20.0,
+                 "dev_scores": {"bleu_tokenized": 21.0}, "dev_perplexity": 9.0}],
+      "curve_sentences": 0,
       "samples": [{"hypothesis": "Ein Mann."}], "api_translations": [("A man.", "Ein Mann.")],
       "notes": ""})
   assert table_row(md, "test sacreBLEU, average of last 3") == ["test sacreBLEU, average of last 3", "**30.12**"]
   assert table_row(md, "beam, alpha")[1] == "4, 0.6" and table_row(md, "dev perplexity (last eval)")[1] == "7.50"
+  assert table_row(md, "test bleu_tokenized, average of last 3")[1] == "31.50"
   assert table_row(md, "500") == ["500", "6.0", "20.00", "21.00", "9.00"]
   assert "last checkpoint only" not in md and "- **hyp** Ein Mann." in md
-  assert "test sacreBLEU" not in md.split("## Dev BLEU")[1] and "wall time to" not in md
+  assert "test sacreBLEU" not in md.split("## Dev sacreBLEU")[1] and "wall time to" not in md
+  assert "sacreBLEU signature: `nrefs:1|x`" in md
+
+
+def test_a_parser_run_is_reported_by_its_bracket_f1_on_dev():
+  """A task without a test split (the treebank sample) is reported on `validation`, by the task's
+  own scores: no BLEU, no signature."""
+  score = {"f1": 74.256, "precision": 72.0, "recall": 76.6, "decode": {"beam_size": 21, "alpha": 0.3}}
+  md = report_run.report_markdown({
+      "name": "p", "date": "2024-01-01", "machine": "x86_64", "command": "train", "report_command": "rep",
+      "final_step": 3000, "train_wall_minutes": 50.0, "dev_metrics": [{"perplexity": 1.6}],
+      "score_name": "bracket F1", "score_key": "f1",
+      "score_metrics": [["f1", "f1"], ["precision", "precision"], ["recall", "recall"]],
+      "test_split": "validation", "averaged_checkpoints": 0, "test_averaged": score,
+      "test_last_checkpoint": None, "curve_sentences": 0,
+      "curve": [{"step": 3000, "wall_minutes": 50.0, "dev_score": 74.256,
+                 "dev_scores": {"precision": 72.0, "recall": 76.6}, "dev_perplexity": 1.6}],
+      "samples": [], "api_translations": [], "notes": ""})
+  assert table_row(md, "validation bracket F1, last checkpoint") == [
+      "validation bracket F1, last checkpoint", "**74.26**"]
+  assert table_row(md, "validation recall, last checkpoint")[1] == "76.60"
+  assert table_row(md, "3000") == ["3000", "50.0", "74.26", "72.00", "76.60", "1.60"]
+  assert "BLEU" not in md and "signature" not in md
 
 
 def test_report_run_test_curve_reach_and_dev_chosen_average():
-  curve = [{"step": s, "wall_minutes": m, "dev_bleu": d, "dev_bleu_tokenized": d, "dev_perplexity": 7.0,
-            "test_bleu": t} for s, m, d, t in [(100, 5.0, 20.0, 19.0), (200, 10.0, 30.0, 35.2),
+  curve = [{"step": s, "wall_minutes": m, "dev_score": d, "dev_scores": {"bleu_tokenized": d},
+            "dev_perplexity": 7.0, "test_score": t} for s, m, d, t in [(100, 5.0, 20.0, 19.0), (200, 10.0, 30.0, 35.2),
                                                (300, 15.0, 31.0, 34.9), (400, 20.0, 33.0, 36.0)]]
   assert report_run.first_reaching(curve, 35.0)["step"] == 200  # the first at or above, not the best
   assert report_run.first_reaching(curve, 36.0)["step"] == 400
@@ -39,8 +68,8 @@ def test_report_run_test_curve_reach_and_dev_chosen_average():
            "sentences": 1000, "decode_seconds": 24.34}
   md = report_run.report_markdown({
       "name": "m", "date": "2024-01-01", "machine": "x86_64", "command": "train", "report_command": "rep",
-      "final_step": 400, "train_wall_minutes": 20.0, "dev_metrics": [], "averaged_checkpoints": 3,
-      "dev_bleu_by_average": {"1": 33.0, "3": 33.4, "10": 33.1},
+      "final_step": 400, "train_wall_minutes": 20.0, "dev_metrics": [], **TRANSLATION,
+      "averaged_checkpoints": 3, "dev_score_by_average": {"1": 33.0, "3": 33.4, "10": 33.1},
       "reach": {"35": report_run.first_reaching(curve, 35), "37.67": None},
       "test_averaged": score, "test_last_checkpoint": None, "curve": curve, "curve_sentences": 500,
       "samples": [], "api_translations": [], "notes": ""})

@@ -82,20 +82,20 @@ def dev_ppl_curves(curves: dict[str, list[list[list[float]]]], path: str, title:
 
 
 def run_curves(curve: list[dict], train_rows: list[dict], dev_rows: list[dict], path: str,
-               name: str) -> None:
-  """A training run: dev BLEU of its checkpoints against wall time (`curve`: wall_minutes,
-  dev_bleu, dev_bleu_tokenized, and test_bleu where scored), and train/dev perplexity (metrics.jsonl rows with `minutes`)."""
+               name: str, score_name: str) -> None:
+  """A training run: the dev score (`score_name`: sacreBLEU, bracket F1) of its checkpoints
+  against wall time (`curve`: wall_minutes, dev_score, and test_score where scored), and
+  train/dev perplexity (metrics.jsonl rows with `minutes`)."""
   plt = pyplot()
   fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
   minutes = [c["wall_minutes"] for c in curve]
-  ax1.plot(minutes, [c["dev_bleu"] for c in curve], "o-", label="sacreBLEU")
-  ax1.plot(minutes, [c["dev_bleu_tokenized"] for c in curve], "s--", label="tokenized BLEU")
-  with_test = [c for c in curve if "test_bleu" in c]
+  ax1.plot(minutes, [c["dev_score"] for c in curve], "o-", label=f"dev {score_name}")
+  with_test = [c for c in curve if "test_score" in c]
   if with_test:
-    ax1.plot([c["wall_minutes"] for c in with_test], [c["test_bleu"] for c in with_test], "^:",
-             label="test sacreBLEU (reported only)")
-  ax1.set(xlabel="training wall time (minutes)", ylabel="BLEU (beam search)",
-          title=f"{name}: dev BLEU vs wall time")
+    ax1.plot([c["wall_minutes"] for c in with_test], [c["test_score"] for c in with_test], "^:",
+             label=f"test {score_name} (reported only)")
+  ax1.set(xlabel="training wall time (minutes)", ylabel=f"{score_name} (beam search)",
+          title=f"{name}: dev {score_name} vs wall time")
   ax2.plot([r["minutes"] for r in train_rows], [r["perplexity"] for r in train_rows], label="train")
   ax2.plot([r["minutes"] for r in dev_rows], [r["perplexity"] for r in dev_rows], "o-", label="dev")
   ax2.set(yscale="log", xlabel="training wall time (minutes)",

@@ -5,15 +5,17 @@
 
 Every score comes from the one evaluation, the evaluation CLI (`python -m transformer_jax.main
 --mode=eval`, run per checkpoint; its reports and translations land in WORKDIR/eval/):
-- dev BLEU (beam search, the config's beam and alpha) and dev perplexity of up to
-  --curve_points kept checkpoints, against the training wall time at which each was written;
+- the task's dev scores (its headline first: sacreBLEU, or a parser's bracket F1; beam search,
+  the config's beam and alpha) and dev perplexity of up to --curve_points kept checkpoints,
+  against the training wall time at which each was written;
 - with --curve_test, the test score of each of those checkpoints too, and the wall time at which
   the curve first reaches each --reach score (reported, never used to choose anything);
-- the test score of the average of the last --average checkpoints (and of the last one alone):
-  sacreBLEU with its signature and the paper-compatible tokenized BLEU. With --average_choices
-  the number averaged is chosen on the dev split (the best dev sacreBLEU over all dev sentences),
-  so the test split chooses nothing;
-- sample test translations, and a few sentences through the `Translator` API.
+- the --test_split scores of the average of the last --average checkpoints (and of the last one
+  alone): for translation sacreBLEU with its signature and the paper-compatible tokenized BLEU
+  (a split without a test set, as the treebank sample, names `validation`). With
+  --average_choices the number averaged is chosen on the dev split (the best dev headline score
+  over all dev sentences), so the test split chooses nothing;
+- sample outputs of that split, and a few sentences through the `Translator` API.
 Writes experiments/results/<name>.{md,json,png} (the JSON holds the run's resolved config, which
 experiments/harness/provenance.py checks against --command at HEAD). An evaluation report already in WORKDIR/eval/,
 written after its checkpoint with the run's decode settings, is reused rather than decoded again.
@@ -31,7 +33,7 @@ import sys
 
 from absl import flags
 
-from experiments.harness import plots, records, resolve
+from experiments.harness import plots, resolve
 from transformer_jax.runtime import cli, markdown, results
 from transformer_jax.runtime.exceptions import ConfigError
 from transformer_jax.runtime.results import write_result
@@ -76,9 +78,12 @@ def read_metrics(workdir: str, log_every_steps: int) -> tuple[list[dict], list[d
 
 
 def curve_steps(steps: list[int], points: int) -> list[int]:
-  """Up to `points` of the kept checkpoint steps, evenly spaced, the first and last included."""
+  """Up to `points` of the kept checkpoint steps, evenly spaced, the first and last included
+  (one point: the last)."""
   steps = sorted(steps)
   n = min(points, len(steps))
+  if n == 1:
+    return steps[-1:]
   return sorted({steps[round(i * (len(steps) - 1) / max(n - 1, 1))] for i in range(n)})
 
 
@@ -143,8 +148,8 @@ def _numbers(flag, kind):
 
 
 def first_reaching(curve: list[dict], score: float) -> dict | None:
-  """The first curve point whose test sacreBLEU is at least `score` (None: never)."""
-  return next((c for c in curve if c.get("test_bleu", -1.0) >= score), None)
+  """The first curve point whose test-split score is at least `score` (None: never)."""
+  return next((c for c in curve if c.get("test_score", -1.0) >= score), None)
 
 
 def main(argv):
@@ -153,12 +158,16 @@ def main(argv):
   if reach and not _CURVE_TEST.value:
     raise ConfigError("--reach needs --curve_test (the wall time is read off the test curve)")
   import jax  # pylint: disable=g-import-not-at-top
+  from transformer_jax.tasks import registry  # pylint: disable=g-import-not-at-top
   from transformer_jax.training import checkpoint  # pylint: disable=g-import-not-at-top
   from transformer_jax.inference.translate import Translator  # pylint: disable=g-import-not-at-top
 
   workdir = os.path.abspath(_WORKDIR.value)
   ckpt_dir = checkpoint.checkpoint_dir(workdir)
   config, last_step = checkpoint.saved_config(ckpt_dir)
+  task = registry.get(config)
+  key, name = task.dev_metrics[0][1], task.score_name  # the headline: sacreBLEU, bracket F1
+  split = _TEST_SPLIT.value
   train_rows, dev_rows = read_metrics(workdir, config.train.log_every_steps)
   steps = checkpoint.make_manager(ckpt_dir, read_only=True, with_data=False).all_steps()
   average = min(_AVERAGE.value, len(steps))
@@ -168,20 +177,21 @@ def main(argv):
   for s in curve_steps(steps, _CURVE_POINTS.value):
     dev = run_eval("validation", s, bleu_sentences=_CURVE_SENTENCES.value)
     logged = min(train_rows, key=lambda r: abs(r["step"] - s))  # the nearest logged step
-    curve.append({"step": s, "wall_minutes": logged["minutes"], "dev_bleu": dev["sacrebleu"],
-                  "dev_bleu_tokenized": dev["tokenized_bleu"], "dev_perplexity": dev["perplexity"]})
+    curve.append({"step": s, "wall_minutes": logged["minutes"], "dev_score": dev[key],
+                  "dev_scores": {n: dev.get(k) for n, k in task.dev_metrics[1:]},
+                  "dev_perplexity": dev["perplexity"]})
     if _CURVE_TEST.value:
-      curve[-1]["test_bleu"] = run_eval(_TEST_SPLIT.value, s)["sacrebleu"]
-    print(f"step {s}: dev sacreBLEU {dev['sacrebleu']:.2f}", flush=True)
+      curve[-1]["test_score"] = run_eval(split, s)[key]
+    print(f"step {s}: dev {name} {dev[key]:.2f}", flush=True)
   dev_averages = {}
   for k in sorted({min(k, len(steps)) for k in choices}):  # averaging chosen on dev, all sentences
-    dev_averages[k] = run_eval("validation", last_step, average=k)["sacrebleu"]
-    print(f"average of last {k}: dev sacreBLEU {dev_averages[k]:.2f}", flush=True)
+    dev_averages[k] = run_eval("validation", last_step, average=k)[key]
+    print(f"average of last {k}: dev {name} {dev_averages[k]:.2f}", flush=True)
   if dev_averages:
     average = max(dev_averages, key=lambda k: (dev_averages[k], -k))  # ties: fewer checkpoints
-  final = run_eval(_TEST_SPLIT.value, last_step, average=average)
-  final_last = run_eval(_TEST_SPLIT.value, last_step) if _ALSO_LAST.value else None
-  translator = Translator.from_workdir(workdir, average=average)
+  final = run_eval(split, last_step, average=average)
+  final_last = run_eval(split, last_step) if _ALSO_LAST.value and average > 1 else None
+  translator = Translator.from_workdir(workdir, average=average if average > 1 else 0)
 
   host = results.machine()
   result = {
@@ -189,72 +199,79 @@ def main(argv):
       "date": datetime.date.today().isoformat(),
       "machine": f"{host['cpu']}, {host['cores']} cores, jax on {jax.devices()[0].platform}",
       "config": config.to_dict(), "final_step": last_step,
+      "score_name": name, "score_key": key, "score_metrics": [list(m) for m in task.dev_metrics],
+      "test_split": split,
       "train_wall_minutes": train_rows[-1]["minutes"], "final_train_metrics": train_rows[-1],
       "dev_metrics": dev_rows, "curve": curve, "curve_sentences": _CURVE_SENTENCES.value,
-      "averaged_checkpoints": average, "dev_bleu_by_average": dev_averages,
+      "averaged_checkpoints": average, "dev_score_by_average": dev_averages,
       "reach": {str(x): first_reaching(curve, x) for x in reach} if _CURVE_TEST.value else {},
       "test_averaged": final, "test_last_checkpoint": final_last,
-      "samples": samples(workdir, final, _TEST_SPLIT.value, average),
+      "samples": samples(workdir, final, split, average if average > 1 else 0),
       "api_translations": list(zip(API_SENTENCES, translator.translate(API_SENTENCES))),
       "report_command": shlex.join(["python", "-m", "experiments.harness.run_report", *sys.argv[1:]]),
       "notes": _NOTES.value,
   }
   os.makedirs(RESULTS, exist_ok=True)
   stem = os.path.join(RESULTS, _NAME.value)
-  plots.run_curves(curve, train_rows, dev_rows, stem + ".png", _NAME.value)
+  plots.run_curves(curve, train_rows, dev_rows, stem + ".png", _NAME.value, name)
   write_result(stem, result, report_markdown(result))
   print(f"wrote {stem}.md/.json/.png")
 
 
 def report_markdown(r: dict) -> str:
   avg, last, k = r["test_averaged"], r["test_last_checkpoint"], r["averaged_checkpoints"]
+  name, key, split = r["score_name"], r["score_key"], r["test_split"]
+  others = r["score_metrics"][1:]  # the task's other scores: (name, report key)
+  model = f"average of last {k}" if k > 1 else "last checkpoint"
   dev = r["dev_metrics"][-1] if r["dev_metrics"] else {}
   measures = [
       ["steps", r["final_step"]],
       ["training wall time", f"{r['train_wall_minutes']:.1f} min"],
       ["dev perplexity (last eval)", dev.get("perplexity")],
-      [f"test sacreBLEU, average of last {k}", f"**{avg['sacrebleu']:.2f}**"],
-      ["test tokenized BLEU (paper-style), averaged", avg["tokenized_bleu"]]]
+      [f"{split} {name}, {model}", f"**{avg[key]:.2f}**"]]
+  measures += [[f"{split} {n}, {model}", avg.get(rk)] for n, rk in others]
   if last is not None:
-    measures += [["test sacreBLEU, last checkpoint only", last["sacrebleu"]],
-                 ["test tokenized BLEU, last checkpoint", last["tokenized_bleu"]]]
+    measures.append([f"{split} {name}, last checkpoint only", last[key]])
   measures.append(["beam, alpha", f"{avg['decode']['beam_size']}, {avg['decode']['alpha']}"])
   if avg.get("sentences_per_second"):
-    measures.append(["test decoding speed (averaged model)",
+    measures.append([f"{split} decoding speed ({'averaged model' if k > 1 else 'last checkpoint'})",
                      f"{avg['sentences_per_second']:.1f} sentences/s ({avg['sentences']} sentences in "
                      f"{avg['decode_seconds']:.1f} s, compilation included)"])
   which = f"the first {r['curve_sentences']}" if r["curve_sentences"] else "all"
-  with_test = any("test_bleu" in c for c in r["curve"])
+  with_test = any("test_score" in c for c in r["curve"])
   for score, point in r.get("reach", {}).items():
-    measures.append([f"wall time to test sacreBLEU {score}",
+    measures.append([f"wall time to {split} {name} {score}",
                      f"{point['wall_minutes']:.1f} min (step {point['step']}, first curve point at or above)"
                      if point else "not reached"])
-  if r.get("dev_bleu_by_average"):
-    measures.append(["checkpoints averaged, chosen on dev (dev sacreBLEU, all sentences)", ", ".join(
-        f"{k}: {v:.2f}" for k, v in sorted(r["dev_bleu_by_average"].items(), key=lambda kv: int(kv[0])))])
+  if r.get("dev_score_by_average"):
+    measures.append([f"checkpoints averaged, chosen on dev (dev {name}, all sentences)", ", ".join(
+        f"{k}: {v:.2f}" for k, v in sorted(r["dev_score_by_average"].items(), key=lambda kv: int(kv[0])))])
+  signature = avg.get("sacrebleu_signature")
   lines = [
       f"# {r['name']}", "", f"Date: {r['date']}. Machine: {r['machine']}.", "",
       "Command:", "", "```", r["command"], r["report_command"], "```", "",
       markdown.table(["measure", "value"], measures),
-      f"sacreBLEU signature: `{avg['sacrebleu_signature']}`", "",
-      f"![BLEU vs wall time]({r['name']}.png)", "",
-      "## Dev BLEU vs training wall time", "",
+      *([f"sacreBLEU signature: `{signature}`", ""] if signature else []),
+      f"![{name} vs wall time]({r['name']}.png)", "",
+      f"## Dev {name} vs training wall time", "",
       f"Beam search on {which} dev sentences, one checkpoint at a time (no averaging); dev "
-      "perplexity on all of them." + (" Test sacreBLEU of the same checkpoint on the whole test "
-                                      "split, reported only (nothing is chosen on it)." if with_test else ""), "",
-      markdown.table(["step", "minutes", "dev sacreBLEU", "dev tokenized BLEU", "dev perplexity"]
-                     + (["test sacreBLEU"] if with_test else []),
-                     [[c["step"], f"{c['wall_minutes']:.1f}", c["dev_bleu"], c["dev_bleu_tokenized"],
-                       c["dev_perplexity"]] + ([c.get("test_bleu")] if with_test else [])
-                      for c in r["curve"]]),
-      "## Sample test translations (averaged checkpoint)", ""]
+      "perplexity on all of them." + (f" {split.capitalize()} {name} of the same checkpoint on the "
+                                      f"whole {split} split, reported only (nothing is chosen on "
+                                      "it)." if with_test else ""), "",
+      markdown.table(["step", "minutes", f"dev {name}", *(f"dev {n}" for n, _ in others),
+                      "dev perplexity"] + ([f"{split} {name}"] if with_test else []),
+                     [[c["step"], f"{c['wall_minutes']:.1f}", c["dev_score"],
+                       *(c["dev_scores"].get(n) for n, _ in others), c["dev_perplexity"]]
+                      + ([c.get("test_score")] if with_test else []) for c in r["curve"]]),
+      f"## Sample {split} outputs ({model})", ""]
   for s in r["samples"]:
     if "source" in s:
       lines += [f"- **src** {s['source']}", f"  **ref** {s['reference']}", f"  **hyp** {s['hypothesis']}"]
     else:
       lines.append(f"- **hyp** {s['hypothesis']}")
   lines += ["", "## Translator API", "", "```python",
-            f"Translator.from_workdir(workdir, average={k}).translate(sentences)", "```", ""]
+            f"Translator.from_workdir(workdir, average={k if k > 1 else 0}).translate(sentences)",
+            "```", ""]
   lines += [f"- {src} → {hyp}" for src, hyp in r["api_translations"]]
   if r["notes"]:
     lines += ["", "## Notes", "", r["notes"]]

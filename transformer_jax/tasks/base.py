@@ -20,8 +20,10 @@ class Task(abc.ABC):
   grain's worker processes with the split reader)."""
 
   name: str = ""
-  # What training logs of a dev evaluation besides the loss: (metric name, report key).
+  # What training logs of a dev evaluation besides the loss: (metric name, report key); the
+  # first is the task's headline score, `score_name` what a results record calls it.
   dev_metrics: tuple[tuple[str, str], ...] = ()
+  score_name: str = ""
   # SentencePiece may cut a piece where the Unicode script changes (data/tokenizer.py).
   split_by_script: bool = True
   # Config keys that turn on something of this task only, with what they do: another task's

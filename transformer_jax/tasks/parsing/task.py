@@ -20,6 +20,7 @@ class Parsing(base.Task):
   name = "parsing"
   dev_metrics = (("f1", "f1"), ("precision", "precision"), ("recall", "recall"),
                  ("exact_match", "exact_match"), ("repaired", "repaired"))
+  score_name = "bracket F1"
   # Brackets and labels mix scripts ('(' and 'NP'): split, every target would be longer.
   split_by_script = False
   switches = {"decode.parse_constraint": "constrains a parser's trees"}

@@ -16,6 +16,7 @@ class Translation(base.Task):
 
   name = "translation"
   dev_metrics = (("bleu", "sacrebleu"), ("chrf", "chrf"), ("bleu_tokenized", "tokenized_bleu"))
+  score_name = "sacreBLEU"
 
   def read_split(self, config, split: str) -> sources.SplitSource:
     return sources.parallel_text_split(config, split)
