@@ -348,15 +348,15 @@ def _parser_flags(data_dir) -> list[str]:
 def test_a_tiny_parser_trains_evaluates_and_parses_through_the_cli(tmp_path):
   for k, (n, offset) in enumerate(((24, 0), (24, 24), (6, 48))):
     _mrg(tmp_path, f"f_0{k + 1}.mrg", _fixture_trees(n, offset))
-  # one training tree (line 25 of f_02) with a unary chain of 5 phrases, above the default limit
-  # of the constrained search: training says which limit and what it needs
+  # one training tree (line 25 of f_02) with a unary chain of 5 phrases, above the sample
+  # config's limit for the constrained search: training says which limit and what it needs
   with open(tmp_path / "tb" / "f_02.mrg", "a", encoding="utf-8") as f:
     f.write("( (S (NP (NP (NP (NP (NP (DT the) (NN cat)))))) (VP (VBD saw)) (. .)) )\n")
   w = str(tmp_path / "w")
   r = _main(f"--workdir={w}", *_parser_flags(tmp_path), "--config.train.num_steps=4")
   assert r.returncode == 0, r.stderr.decode()[-3000:]
   warned = [l for l in r.stderr.decode().splitlines() if "training trees exceed" in l]
-  assert len(warned) == 1 and "1 of 49 training trees exceed decode.parse_max_unary_chain=4" in warned[0]
+  assert len(warned) == 1 and "1 of 49 training trees exceed decode.parse_max_unary_chain=3" in warned[0]
   assert warned[0].endswith("f_02.mrg line 25): decode with --config.decode.parse_max_unary_chain=5")
   dev = [json.loads(l) for l in open(os.path.join(w, "metrics.jsonl")) if '"dev"' in l]
   assert dev and {"f1", "precision", "recall", "exact_match", "repaired"} <= set(dev[-1])
