@@ -210,11 +210,16 @@ def test_random_walks_through_the_automaton_never_end_in_a_dead_end(unary):
     assert max(tc.search_limits(tok.decode(out))[1], 1) <= unary, tok.decode(out)
 
 
-def _decode(tok, c, sources, *, beam_size, drop_finished=False, segments=False):
-  """The decoded texts (with `segments`: dropping_decode's segments instead)."""
+def _tiny_parser(tok):
+  """(model config, parameters) of a fixed random parser over the sample's vocabulary."""
   cfg = ModelConfig(vocab_size=tok.vocab_size, d_model=16, num_heads=2, d_k=8, d_v=8, d_ff=32,
                     num_encoder_layers=1, num_decoder_layers=1, max_len=256, dropout_rate=0.0)
-  params = init_params(cfg, seed=3, scale=3.0)
+  return cfg, init_params(cfg, seed=3, scale=3.0)
+
+
+def _decode(tok, c, sources, *, beam_size, drop_finished=False, segments=False):
+  """The decoded texts (with `segments`: dropping_decode's segments instead)."""
+  cfg, params = _tiny_parser(tok)
   ids = [tok.encode_with_eos(s) for s in sources]
   inputs = np.zeros((len(ids), max(map(len, ids))), np.int32)
   for i, x in enumerate(ids):
@@ -262,21 +267,18 @@ def test_padding_rows_end_the_constrained_search_at_once():
   step: a batch's padding rows (an evaluation's last batch, a single sentence) never run the
   search on to their length limit."""
   tok, dev = sample()
-  cfg = ModelConfig(vocab_size=tok.vocab_size, d_model=16, num_heads=2, d_k=8, d_v=8, d_ff=32,
-                    num_encoder_layers=1, num_decoder_layers=1, max_len=512, dropout_rate=0.0)
-  params = init_params(cfg, seed=3, scale=3.0)
+  cfg, params = _tiny_parser(tok)
+  search = functools.partial(decode.translate_batch, cfg, params, beam_size=4, alpha=0.3,
+                             constraint=_constraint(tok))
   ids = tok.encode_with_eos(dev[0].words)
   inputs = np.zeros((4, len(ids)), np.int32)
   inputs[0] = ids
-  out, steps = decode.translate_batch(cfg, params, inputs[1:], beam_size=4, alpha=0.3,
-                                      max_extra_len=400, constraint=_constraint(tok))
+  out, steps = search(inputs[1:], max_extra_len=150)
   assert int(steps) == 1 and decode.strip_eos(out) == [[], [], []]
-  with_sentence, _ = decode.translate_batch(cfg, params, inputs, beam_size=4, alpha=0.3,
-                                            max_extra_len=40, constraint=_constraint(tok))
+  with_sentence, _ = search(inputs, max_extra_len=40)
   assert decode.strip_eos(with_sentence)[1:] == [[], [], []]
   assert decode.strip_eos(with_sentence)[0] == decode.strip_eos(
-      decode.translate_batch(cfg, params, inputs[:1], beam_size=4, alpha=0.3, max_extra_len=40,
-                             constraint=_constraint(tok))[0])[0]
+      search(inputs[:1], max_extra_len=40)[0])[0]
 
 
 def test_the_constraint_is_for_parsers():

@@ -189,9 +189,10 @@ def main(argv):
     print(f"average of last {k}: dev {name} {dev_averages[k]:.2f}", flush=True)
   if dev_averages:
     average = max(dev_averages, key=lambda k: (dev_averages[k], -k))  # ties: fewer checkpoints
-  final = run_eval(split, last_step, average=average)
-  final_last = run_eval(split, last_step) if _ALSO_LAST.value and average > 1 else None
-  translator = Translator.from_workdir(workdir, average=average if average > 1 else 0)
+  averaged = average if average > 1 else 0  # the average of one checkpoint is that checkpoint
+  final = run_eval(split, last_step, average=averaged)
+  final_last = run_eval(split, last_step) if _ALSO_LAST.value and averaged else None
+  translator = Translator.from_workdir(workdir, average=averaged)
 
   host = results.machine()
   result = {
@@ -206,7 +207,7 @@ def main(argv):
       "averaged_checkpoints": average, "dev_score_by_average": dev_averages,
       "reach": {str(x): first_reaching(curve, x) for x in reach} if _CURVE_TEST.value else {},
       "test_averaged": final, "test_last_checkpoint": final_last,
-      "samples": samples(workdir, final, split, average if average > 1 else 0),
+      "samples": samples(workdir, final, split, averaged),
       "api_translations": list(zip(API_SENTENCES, translator.translate(API_SENTENCES))),
       "report_command": shlex.join(["python", "-m", "experiments.harness.run_report", *sys.argv[1:]]),
       "notes": _NOTES.value,
