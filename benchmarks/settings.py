@@ -33,6 +33,7 @@ from transformer_jax.runtime.results import json_text
 ENTRY_POINTS = {
     "benchmarks": "benchmarks.__main__",
     "benchmarks.accelerator": "benchmarks.accelerator",
+    "benchmarks.core_budget": "benchmarks.core_budget",
     "benchmarks.ctranslate2_decode": "benchmarks.ctranslate2_decode",
     "benchmarks.export_agreement": "benchmarks.export_agreement",
     "benchmarks.flax_wmt": "benchmarks.flax_wmt",

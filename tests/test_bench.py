@@ -349,6 +349,60 @@ def test_parallel_runs_sums_steps_per_second_over_processes(tmp_path, monkeypatc
   assert "| one run, every core | 0.400 | 2.50 | 1.00x |" in (tmp_path / "p.md").read_text()
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPU cores")
+def test_core_budget_pins_one_run_per_core_and_scores_their_ensemble(tmp_path, monkeypatch):
+  """benchmarks.core_budget: every one-core run is pinned to its own core with its own seed, the
+  every-core run is not pinned, all share the first run's vocabulary, and the ensemble is the
+  first run with the others, compared with the every-core run (training and evaluation faked)."""
+  from benchmarks import core_budget  # pylint: disable=g-import-not-at-top
+  cores = sorted(os.sched_getaffinity(0))
+  trains, evals = [], []
+
+  def fake_train(spec, overrides, workdir, seed, config, cpus):
+    trains.append((os.path.basename(workdir), seed, cpus, tuple(overrides)))
+    return {"steps": 10 + seed, "train_minutes": config.train.max_train_minutes}
+
+  def fake_evaluate(workdir, values, cpus, *, ensemble=(), compare=""):
+    evals.append((os.path.basename(workdir), cpus, tuple(map(os.path.basename, ensemble)),
+                  os.path.basename(compare)))
+    f1 = {"every_core": 60.0, "one_core_seed0": 58.0}.get(os.path.basename(workdir), 57.0)
+    f1 += 4.0 if ensemble else 0.0
+    return {"f1": f1, "precision": f1, "recall": f1, "exact_match": 1.0, "repaired": 0,
+            "perplexity": 2.0, "sentences": 8, "decode_seconds": 1.0,
+            **({"compare": {"f1": {"delta": f1 - 60.0, "p_value": 0.01}}} if compare else {})}
+
+  monkeypatch.setattr(core_budget, "_train", fake_train)
+  monkeypatch.setattr(core_budget, "_evaluate", fake_evaluate)
+  (tmp_path / "w" / "one_core_seed0" / "vocab").mkdir(parents=True)
+  (tmp_path / "w" / "one_core_seed0" / "vocab" / "spm.model").write_text("pieces")
+  argv = ["core_budget", "--config=configs/wsj_parsing.py:sample", f"--workdir={tmp_path / 'w'}",
+          f"--out={tmp_path / 'b'}", "--config.train.max_train_minutes=1.5"]
+  core_budget.main(argv)
+  singles = [f"one_core_seed{k}" for k in range(len(cores))]
+  assert sorted(trains[:-1]) == sorted((n, k, [c], ("--config.train.max_train_minutes=1.5",))
+                                       for k, (n, c) in enumerate(zip(singles, cores)))
+  assert trains[-1][:3] == ("every_core", 0, None)
+  for name in ["every_core", *singles[1:]]:
+    assert (tmp_path / "w" / name / "vocab" / "spm.model").read_text() == "pieces"
+  assert evals[0] == ("every_core", None, (), "")
+  assert sorted(evals[1:-1]) == sorted((n, [c], (), "every_core") for n, c in zip(singles, cores))
+  assert evals[-1] == ("one_core_seed0", None, tuple(singles[1:]), "every_core")
+  data = json.loads((tmp_path / "b.json").read_text())
+  assert settings.resolve(data["command"]) == data["settings"]
+  assert data["settings"]["train.train.max_train_minutes"] == 1.5
+  ensemble = data["setups"][-1]
+  assert ensemble["scores"]["f1"] == 62.0 and ensemble["delta_vs_every_core"] == 2.0
+  assert [r["steps"] for r in ensemble["runs"]] == [10 + k for k in range(len(cores))]
+  text = (tmp_path / "b.md").read_text()
+  assert f"| one core each, {len(cores)} runs as an ensemble |" in text and "| +2.00 | 0.010 |" in text
+
+
+def test_core_budget_needs_a_time_budget():
+  from benchmarks import core_budget  # pylint: disable=g-import-not-at-top
+  with pytest.raises(ConfigError, match="max_train_minutes"):
+    core_budget.main(["core_budget", "--config=configs/wsj_parsing.py", "--workdir=/nowhere"])
+
+
 def _tiny_pre_ln_params(**changes):
   import flax.linen as nn  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top

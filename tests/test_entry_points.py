@@ -20,7 +20,8 @@ ENTRY_POINTS = ("transformer_jax.main", "transformer_jax.tools.params",
                 "experiments.harness.runner", "experiments.harness.provenance",
                 "experiments.harness.run_report", "experiments.checks.battery",
                 "experiments.checks.parseval_crosscheck", "benchmarks", "benchmarks.accelerator",
-                "benchmarks.flax_wmt", "benchmarks.flax_wmt_decode", "benchmarks.parallel_runs")
+                "benchmarks.flax_wmt", "benchmarks.flax_wmt_decode", "benchmarks.parallel_runs",
+                "benchmarks.core_budget")
 
 # (entry point, arguments, what the line says) for a missing config file and a bad override,
 # where the entry point reads a run config, and an override where it reads none.
@@ -39,6 +40,9 @@ CONFIG_CASES = (
     ("benchmarks.accelerator", [f"--config={NO_FILE}", "--out={tmp}/b"], "not found"),
     ("benchmarks.accelerator", [BAD_OVERRIDE, "--out={tmp}/b"], "must be int"),
     ("benchmarks.parallel_runs", [f"--sweep={NO_FILE}", "--out={tmp}/b"], "not found"),
+    ("benchmarks.core_budget", ["--workdir={tmp}", f"--config={NO_FILE}"], "not found"),
+    ("benchmarks.core_budget", ["--workdir={tmp}", "--config=configs/wsj_parsing.py"],
+     "max_train_minutes"),
 )
 
 
