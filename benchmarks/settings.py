@@ -35,6 +35,7 @@ ENTRY_POINTS = {
     "benchmarks.accelerator": "benchmarks.accelerator",
     "benchmarks.core_budget": "benchmarks.core_budget",
     "benchmarks.ctranslate2_decode": "benchmarks.ctranslate2_decode",
+    "benchmarks.epoch_cost": "benchmarks.epoch_cost",
     "benchmarks.export_agreement": "benchmarks.export_agreement",
     "benchmarks.flax_wmt": "benchmarks.flax_wmt",
     "benchmarks.flax_wmt_decode": "benchmarks.flax_wmt_decode",

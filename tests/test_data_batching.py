@@ -75,6 +75,30 @@ def test_bucket_mode_compiles_at_most_num_buckets_shapes():
   assert len({(s.source_len, s.target_len) for s in eval_specs}) <= 8 * 8
 
 
+def test_bucket_mode_pads_sources_to_their_own_length_not_the_targets():
+  """Targets ~2.5x their sources (linearized trees): each bucket's sources are padded to the
+  longest source of it and of the shorter buckets, so less source padding, with the same examples
+  in the same rows and the same target lengths as padding sources to the bucket length; the
+  shapes are the announced ones in every epoch."""
+  rng = np.random.default_rng(0)
+  src_N = rng.integers(2, 100, size=2000)
+  tgt_N = np.minimum(250, (src_N * rng.uniform(2.0, 3.0, size=2000)).astype(int))
+  args = dict(mode="bucket", seed=3, tokens_per_batch=4096, max_source_len=128,
+              max_target_len=256, row_multiple=2, num_buckets=8)
+  tight = batching.TrainPlanner(src_N, tgt_N, np.arange(2000), **args)
+  loose = batching.TrainPlanner(src_N, tgt_N, np.arange(2000), **args)
+  loose.source_lengths = None  # every source padded to its bucket's length, as for translation
+  for epoch in range(2):
+    a, _, _ = tight.epoch_batches(epoch)
+    b, _, _ = loose.epoch_batches(epoch)
+    assert [(s.example_ids.tolist(), s.rows.tolist(), s.num_rows, s.target_len) for s in a] == \
+           [(s.example_ids.tolist(), s.rows.tolist(), s.num_rows, s.target_len) for s in b]
+    assert all(s.source_len % 8 == 0 and (src_N[s.example_ids] <= s.source_len).all() for s in a)
+    assert {(s.num_rows, s.source_len, s.target_len) for s in a} <= set(tight.batch_shapes())
+  padded = lambda specs: sum(s.num_rows * s.source_len for s in specs)  # noqa: E731
+  assert padded(a) < 0.7 * padded(b)
+
+
 @pytest.mark.parametrize("n", [3, 7, 40])  # epochs with fewer rows than one batch, too
 def test_pack_rows_stream_across_epochs(n):
   tok = _synthetic(n, max_len=20)

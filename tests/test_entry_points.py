@@ -21,7 +21,7 @@ ENTRY_POINTS = ("transformer_jax.main", "transformer_jax.tools.params",
                 "experiments.harness.run_report", "experiments.checks.battery",
                 "experiments.checks.parseval_crosscheck", "benchmarks", "benchmarks.accelerator",
                 "benchmarks.flax_wmt", "benchmarks.flax_wmt_decode", "benchmarks.parallel_runs",
-                "benchmarks.core_budget")
+                "benchmarks.core_budget", "benchmarks.epoch_cost")
 
 # (entry point, arguments, what the line says) for a missing config file and a bad override,
 # where the entry point reads a run config, and an override where it reads none.
@@ -43,6 +43,9 @@ CONFIG_CASES = (
     ("benchmarks.core_budget", ["--workdir={tmp}", f"--config={NO_FILE}"], "not found"),
     ("benchmarks.core_budget", ["--workdir={tmp}", "--config=configs/wsj_parsing.py"],
      "max_train_minutes"),
+    ("benchmarks.epoch_cost", [f"--config={NO_FILE}"], "not found"),
+    ("benchmarks.epoch_cost", ["--config=configs/wsj_parsing.py:sample",
+                               "--config.data.batch_mode=pack"], "batch_mode"),
 )
 
 

@@ -11,7 +11,11 @@ the padded lengths. Planning works on token lengths only, so an epoch's plan is 
   length L has ``rows = tokens_per_batch // L`` rows (a multiple of the row multiple), so it holds
   about tokens_per_batch source and target tokens, padding included. The left-over examples of a
   bucket move up to the next (longer) bucket, so only the last batch of an epoch is partial
-  (padded with empty rows). Evaluation batches use the same lengths.
+  (padded with empty rows). A bucket's sources are padded only to the longest source of it and
+  of the shorter buckets (``bucket_source_lengths``, a multiple of LENGTH_STEP), not to L:
+  where targets are much longer than sources (a linearized tree is ~2.5x its sentence) the
+  encoder and cross-attention then skip most of the padding, with the same examples in the same
+  rows. Evaluation batches use the same lengths.
 - pack mode: several pairs per row of (max_source_len, max_target_len) tokens, first-fit over a
   window of open rows, with segment ids and per-segment positions. Rows stream across epoch ends,
   so no batch is partial: the last batch of epoch e is completed with the first rows of epoch e+1.
@@ -82,6 +86,21 @@ def bucket_of(lengths_N: np.ndarray, buckets: list[int]) -> np.ndarray:
   return b[np.minimum(np.searchsorted(b, lengths_N), len(b) - 1)]
 
 
+def bucket_source_lengths(src_lengths: np.ndarray, tgt_lengths: np.ndarray, example_ids: np.ndarray,
+                          buckets: list[int], max_source_len: int) -> dict[int, int]:
+  """The padded source length of each bucket length L: the longest source among the examples of
+  L and of every shorter bucket (left-overs move up), rounded up to a multiple of LENGTH_STEP, at
+  most min(L, max_source_len). Depends on the lengths only, so every epoch has the same shapes."""
+  src_N = src_lengths[example_ids]
+  key_N = bucket_of(np.maximum(src_N, tgt_lengths[example_ids]), buckets)
+  out, longest = {}, 1
+  for length in buckets:
+    own_N = src_N[key_N == length]
+    longest = max(longest, int(own_N.max()) if len(own_N) else 0)
+    out[length] = min(length, max_source_len, round_up(longest))
+  return out
+
+
 def rows_per_batch(tokens_per_batch: int, length: int, row_multiple: int) -> int:
   """Rows of `length` tokens that fit the budget, rounded down to a multiple of row_multiple."""
   rows = (tokens_per_batch // length) // row_multiple * row_multiple
@@ -98,8 +117,10 @@ def epoch_rng(seed: int, epoch: int) -> np.random.Generator:
 
 def bucket_plan(src_lengths: np.ndarray, tgt_lengths: np.ndarray, example_ids: np.ndarray, *,
                 tokens_per_batch: int, max_source_len: int, max_target_len: int,
-                row_multiple: int, rng: np.random.Generator, num_buckets: int) -> list[BatchSpec]:
-  """One epoch of length-bucketed batches over example_ids, shuffled by rng."""
+                row_multiple: int, rng: np.random.Generator, num_buckets: int,
+                source_lengths: dict[int, int] | None = None) -> list[BatchSpec]:
+  """One epoch of length-bucketed batches over example_ids, shuffled by rng. `source_lengths`:
+  each bucket length's padded source length (bucket_source_lengths; default the bucket length)."""
   perm_N = rng.permutation(example_ids).astype(np.int32)
   buckets = bucket_lengths(max(max_source_len, max_target_len), num_buckets)
   key_N = bucket_of(np.maximum(src_lengths[perm_N], tgt_lengths[perm_N]), buckets)
@@ -110,6 +131,8 @@ def bucket_plan(src_lengths: np.ndarray, tgt_lengths: np.ndarray, example_ids: n
   for group, length in zip(np.split(perm_N, bounds), key_N[np.r_[0, bounds]] if len(key_N) else []):
     ls, lt = min(int(length), max_source_len), min(int(length), max_target_len)
     rows = rows_per_batch(tokens_per_batch, max(ls, lt), row_multiple)
+    if source_lengths is not None:
+      ls = source_lengths[int(length)]
     pool = np.concatenate([carry, group])
     full = len(pool) // rows
     for b in range(full):
@@ -181,6 +204,13 @@ class TrainPlanner:
     self.num_buckets = num_buckets
     self.pack_rows_per_batch = rows_per_batch(tokens_per_batch, max(max_source_len, max_target_len),
                                               row_multiple)
+    # Sources padded to their own bucket (bucket_source_lengths); with a sampled segmentation the
+    # lengths change each epoch, so sources keep the full bucket length and the shapes stay few.
+    self.source_lengths = None
+    if mode == "bucket" and segmentation is None and len(self.example_ids):
+      self.source_lengths = bucket_source_lengths(
+          self.src_lengths, self.tgt_lengths, self.example_ids,
+          bucket_lengths(max(max_source_len, max_target_len), num_buckets), max_source_len)
     self._rows_cache: collections.OrderedDict[int, list[list[int]]] = collections.OrderedDict()
 
   def fingerprint(self) -> str:
@@ -197,7 +227,8 @@ class TrainPlanner:
     if self.mode == "pack":
       return [(self.pack_rows_per_batch, self.max_source_len, self.max_target_len)]
     return [(rows_per_batch(self.tokens_per_batch, min(b, longest), self.row_multiple),
-             min(b, self.max_source_len), min(b, self.max_target_len))
+             self.source_lengths[b] if self.source_lengths else min(b, self.max_source_len),
+             min(b, self.max_target_len))
             for b in bucket_lengths(longest, self.num_buckets)]
 
   def _examples(self, epoch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -224,7 +255,8 @@ class TrainPlanner:
       specs = bucket_plan(*self._examples(epoch),
                           tokens_per_batch=self.tokens_per_batch, max_source_len=self.max_source_len,
                           max_target_len=self.max_target_len, row_multiple=self.row_multiple,
-                          rng=epoch_rng(self.seed, epoch), num_buckets=self.num_buckets)
+                          rng=epoch_rng(self.seed, epoch), num_buckets=self.num_buckets,
+                          source_lengths=self.source_lengths)
       if sampled:
         specs = [dataclasses.replace(s, epochs=np.full(len(s.example_ids), epoch, np.int32))
                  for s in specs]
