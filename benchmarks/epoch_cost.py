@@ -17,6 +17,10 @@ machine.
 
 from __future__ import annotations
 
+if __name__ == "__main__":
+  from transformer_jax.runtime import host_memory  # pylint: disable=g-import-not-at-top
+  host_memory.reexec_with_malloc_settings()  # before jax: the steps are timed as main.py runs them
+
 import collections
 import dataclasses
 import shlex

@@ -84,6 +84,8 @@ def get_config(arg: str = ""):
   row("base", label="the protocol (the sample's settings at 1200 steps)", group="base")
   row("lr10", label="lrate scale 1.0 (base 0.7)", group="rate",
       overrides={"train.learning_rate_scale": 1.0})
+  row("lr05", label="lrate scale 0.5 (base 0.7)", group="rate",
+      overrides={"train.learning_rate_scale": 0.5})
   row("warm600", label="warmup 600 (base 300)", group="rate",
       overrides={"train.warmup_steps": 600})
   row("drop02", label="dropout 0.2 (base 0.1)", group="regularisation",
