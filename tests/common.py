@@ -8,7 +8,10 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-DATA_DIR = os.environ.get("TRANSFORMER_JAX_DATA_DIR", "")
+# Absolute, so that links and files the tests make elsewhere (tmp_path) still reach it when the
+# README's command gives it relative to the repository (TRANSFORMER_JAX_DATA_DIR=../shared/data).
+DATA_DIR = os.path.abspath(os.environ["TRANSFORMER_JAX_DATA_DIR"]) if os.environ.get(
+    "TRANSFORMER_JAX_DATA_DIR") else ""
 
 requires_data = pytest.mark.skipif(
     not (DATA_DIR and os.path.isdir(os.path.join(DATA_DIR, "multi30k"))),
