@@ -78,20 +78,19 @@ def settings(values: flags.FlagValues, override_args) -> dict:
 
 
 def _buckets(planner) -> list[dict]:
-  """Epoch 0's batches grouped by bucket: the first batch, the count, and the two paddings."""
+  """Epoch 0's batches grouped by shape: the fullest batch of each, their count, and the source
+  length of the same bucket padded to its length."""
   specs, _, _ = planner.epoch_batches(0)
-  by_target = collections.defaultdict(list)
+  by_shape = collections.defaultdict(list)  # one compiled step per shape
   for spec in specs:
-    by_target[spec.target_len].append(spec)
-  full = {t: s for _, s, t in planner.batch_shapes()}
-  loose = {t: s for _, s, t in _loose_shapes(planner)}
+    by_shape[spec.num_rows, spec.source_len, spec.target_len].append(spec)
+  loose = dict(zip(planner.batch_shapes(), _loose_shapes(planner)))  # bucket by bucket
   out = []
-  for target_len in sorted(by_target):
-    group = by_target[target_len]
+  for shape in sorted(by_shape, key=lambda k: (k[2], k[1], -k[0])):
+    group = by_shape[shape]
     first = max(group, key=lambda s: len(s.example_ids))  # a full batch where there is one
-    out.append({"spec": first, "batches": len(group), "rows": first.num_rows,
-                "target_len": target_len, "source_len": full[target_len],
-                "bucket_source_len": loose[target_len]})
+    out.append({"spec": first, "batches": len(group), "rows": shape[0], "source_len": shape[1],
+                "target_len": shape[2], "bucket_source_len": loose[shape][1]})
   return out
 
 
