@@ -23,9 +23,7 @@ if __name__ == "__main__":
 
 import collections
 import dataclasses
-import shlex
 import statistics
-import sys
 import tempfile
 import time
 
@@ -185,14 +183,7 @@ def markdown(r: dict) -> str:
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise ConfigError(f"unexpected arguments: {' '.join(argv[1:])}")
-  values = flags.FLAGS
-  recorded = settings(values, cli.OVERRIDE_ARGS)
-  command = shlex.join(["python", "-m", "benchmarks.epoch_cost", *sys.argv[1:]])
-  r = run(values, command, recorded)
-  if values.out:
-    report.write(r, markdown(r), values.out)
+  report.main(argv, "benchmarks.epoch_cost", settings, run, markdown)
 
 
 if __name__ == "__main__":

@@ -14,8 +14,6 @@ the trees would show here; `--expect` names a trees file they must equal line fo
 
 from __future__ import annotations
 
-import shlex
-import sys
 import time
 
 from absl import flags, logging
@@ -116,14 +114,7 @@ def markdown(r: dict) -> str:
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise ConfigError(f"unexpected arguments: {' '.join(argv[1:])}")
-  values = flags.FLAGS
-  recorded = settings(values, cli.OVERRIDE_ARGS)
-  command = shlex.join(["python", "-m", "benchmarks.parse_decode", *sys.argv[1:]])
-  r = run(values, command, recorded)
-  if values.out:
-    report.write(r, markdown(r), values.out)
+  report.main(argv, "benchmarks.parse_decode", settings, run, markdown)
 
 
 if __name__ == "__main__":

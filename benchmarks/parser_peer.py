@@ -23,8 +23,6 @@ the time an idle core would take), so that a run beside other work still gets it
 from __future__ import annotations
 
 import os
-import shlex
-import sys
 import tempfile
 import time
 
@@ -251,14 +249,9 @@ def markdown(r: dict) -> str:
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise ConfigError(f"unexpected arguments: {' '.join(argv[1:])}")
-  values = flags.FLAGS
-  recorded = settings(values, cli.OVERRIDE_ARGS)
-  command = shlex.join(["python", "-m", "benchmarks.parser_peer", *sys.argv[1:]])
-  r = run(values.config, values, command, recorded)
-  if values.out:
-    report.write(r, markdown(r), values.out)
+  report.main(argv, "benchmarks.parser_peer", settings,
+              lambda values, command, recorded: run(values.config, values, command, recorded),
+              markdown)
 
 
 if __name__ == "__main__":

@@ -7,9 +7,14 @@ from __future__ import annotations
 import datetime
 import os
 import platform
+import shlex
+import sys
 import time
 
-from transformer_jax.runtime import results
+from absl import flags
+
+from transformer_jax.runtime import cli, results
+from transformer_jax.runtime.exceptions import ConfigError
 
 from benchmarks import decoding, input_pipeline, train_step
 
@@ -83,6 +88,20 @@ def header(title: str, r: dict) -> list[str]:
     lines += ["**Not idle: the machine was shared with other jobs during this run, so the "
               "times below are not representative (re-run when no other job runs).**", ""]
   return lines
+
+
+def main(argv, module: str, settings, run, markdown_of) -> None:
+  """The body of a benchmark module's `main`: no stray arguments, the settings its flags and
+  overrides resolve to (`settings(values, override_args)`), `run(values, command, settings)`,
+  then its report `markdown_of(result)` written to --out."""
+  if len(argv) > 1:
+    raise ConfigError(f"unexpected arguments: {' '.join(argv[1:])}")
+  values = flags.FLAGS
+  recorded = settings(values, cli.OVERRIDE_ARGS)
+  command = shlex.join(["python", "-m", module, *sys.argv[1:]])
+  r = run(values, command, recorded)
+  if values.out:
+    write(r, markdown_of(r), values.out)
 
 
 def write(result: dict, text: str, out: str) -> None:
