@@ -25,23 +25,19 @@ import collections
 import dataclasses
 import statistics
 import tempfile
-import time
 
 from absl import flags, logging
-import jax
 
 from transformer_jax.data import pipeline, token_cache, tokenizer
 from transformer_jax.data.batching import BatchAssembler
-from transformer_jax.model import sharding
 from transformer_jax.runtime import cli, overrides as overrides_lib
 from transformer_jax.runtime.config import validate
 from transformer_jax.runtime.exceptions import ConfigError
 from transformer_jax.runtime.markdown import table
 from transformer_jax.tasks import registry
-from transformer_jax.training import step
 
 from benchmarks import report, settings as settings_lib
-from benchmarks.train_step import time_interleaved
+from benchmarks.train_step import Stepper, time_interleaved
 
 
 def define_flags(values: flags.FlagValues) -> None:
@@ -115,19 +111,14 @@ def run(values, command: str, recorded: dict) -> dict:
     raise ConfigError(f"--config={values.config}: the planner pads sources to the bucket length "
                       "(a sampled segmentation, data.bpe_dropout > 0): nothing to compare")
   assembler = BatchAssembler(tokenized)
-  mesh = sharding.make_mesh(config.mesh)
-  _, state_sh = step.state_shardings(config, mesh)
-  fn = step.jit_train_step(config, mesh, state_sh)
   buckets = _buckets(planner)
   for b in buckets:
-    steppers = []
-    for source_len in (b["source_len"], b["bucket_source_len"]):
-      batch = assembler(dataclasses.replace(b["spec"], source_len=source_len))
-      batch = sharding.global_batch(mesh, {k: v for k, v in batch.items() if k in step.BATCH_KEYS})
-      with sharding.mesh_context(mesh):
-        compiled = fn.jitted.lower(step.create_state(config, mesh, state_sh), batch).compile()
-      steppers.append(_stepper(compiled, step.create_state(config, mesh, state_sh), batch))
+    steppers = [Stepper(values.config, b["rows"], b["target_len"], config=config,
+                        batch=assembler(dataclasses.replace(b["spec"], source_len=source_len)))
+                for source_len in (b["source_len"], b["bucket_source_len"])]
     own, loose = time_interleaved(steppers, values.steps, values.warmup)
+    for stepper in steppers:
+      stepper.close()
     b.update(step_s=statistics.median(own), bucket_step_s=statistics.median(loose),
              samples=own, bucket_samples=loose)
     del b["spec"]
@@ -145,18 +136,6 @@ def run(values, command: str, recorded: dict) -> dict:
   print(f"an epoch's train steps: {epoch:.1f} s with sources padded to their own length, "
         f"{loose_epoch:.1f} s to the bucket length ({loose_epoch / epoch:.2f}x)", flush=True)
   return report.finish(result)
-
-
-def _stepper(compiled, state, batch):
-  """A callable that runs one step of `compiled` and returns its wall time in seconds."""
-  holder = {"state": state}
-
-  def call() -> float:
-    t = time.perf_counter()
-    holder["state"], m = compiled(holder["state"], batch)
-    jax.block_until_ready((holder["state"], m))
-    return time.perf_counter() - t
-  return call
 
 
 def markdown(r: dict) -> str:

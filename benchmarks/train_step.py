@@ -183,12 +183,14 @@ def time_interleaved(steppers, steps: int, warmup: int) -> list[list[float]]:
 
 
 class Stepper:
-  """One compiled train step of a named config on a synthetic batch; each call runs one step and
-  returns its wall time in seconds."""
+  """One compiled train step of a named config on a synthetic batch (or a given one); each call
+  runs one step and returns its wall time in seconds."""
 
   def __init__(self, name: str, rows: int, length: int, overrides: Mapping[str, Any] = (),
-               config: ml_collections.ConfigDict | None = None, description: str = ""):
-    """A preset by `name` (+ `overrides`), or a validated `config` given as is."""
+               config: ml_collections.ConfigDict | None = None, description: str = "",
+               batch: dict | None = None):
+    """A preset by `name` (+ `overrides`), or a validated `config` given as is; `batch`: this
+    process's rows of a real batch (the data pipeline's) instead of a synthetic one."""
     if config is None:
       config, description = train_config(name, overrides)
     self.config, self.description = config, description
@@ -198,8 +200,12 @@ class Stepper:
     self.devices = mesh.devices.size
     _, state_sh = step.state_shardings(self.config, mesh)
     self.state = step.create_state(self.config, mesh, state_sh)
-    self.batch = jax.device_put(synthetic_batch(self.config, rows, length),
-                                sharding.batch_sharding(mesh))
+    if batch is None:
+      self.batch = jax.device_put(synthetic_batch(self.config, rows, length),
+                                  sharding.batch_sharding(mesh))
+    else:
+      self.batch = sharding.global_batch(mesh, {k: v for k, v in batch.items()
+                                                if k in step.BATCH_KEYS})
     fn = step.jit_train_step(self.config, mesh, state_sh)
     logged = len(attention.choices())
     t = time.perf_counter()
