@@ -35,6 +35,11 @@ def test_the_parser_levers_sweep_folds_partition_the_training_files():
   dev = resolve.resolve(sweep, "base", "dev").config
   assert dev.data.eval_files == "wsj_0160-wsj_0179" and files(dev.data.train_files) == set(range(1, 160))
   assert files(resolve.resolve(sweep, "base", "dev25").config.data.train_files) == set(range(1, 41))
+  for steps in levers.FOLD_STEPS:  # the dev split and the learning curve at every budget
+    for name, last in (("dev", 159), ("dev25", 40), ("dev50", 80)):
+      cfg = resolve.resolve(sweep, "base", levers.budget_scale(name, steps)).config
+      assert cfg.train.num_steps == steps and cfg.data.eval_files == "wsj_0160-wsj_0179"
+      assert files(cfg.data.train_files) == set(range(1, last + 1))
   base = resolve.resolve(sweep, "base", "cv0").config.to_dict()
   flat = lambda d, p="": {k2: v2 for k, v in d.items() for k2, v2 in (  # noqa: E731
       flat(v, p + k + ".").items() if isinstance(v, dict) else [(p + k, v)])}

@@ -8,6 +8,8 @@
       --out=W/dev --rows=base            # the fixed dev split, reported, never chosen on
   python -m experiments.harness.runner --sweep=experiments/parser_levers --scale=dev25 \
       --out=W/dev25 --rows=base          # the learning curve: 25% (and dev50: 50%) of the files
+  python -m experiments.harness.runner --sweep=experiments/parser_levers --scale=dev25_2400 \
+      --out=W/dev25_2400 --rows=base     # the same at the longer budget (dev_2400, dev50_2400)
 
 The sample's dev split (wsj_0160-wsj_0179, 273 trees) is too small to choose on: a checkpoint's
 F1 there and on 245 trees of other files differed by 9 points. So each lever is chosen on three
@@ -44,9 +46,14 @@ def fold_files(fold: int, folds: int = FOLDS, first_last: tuple[int, int] = TRAI
   return ",".join(spec(a, b) for i, (a, b) in enumerate(ranges) if i != fold), spec(*held)
 
 
+def budget_scale(name: str, steps: int = FOLD_STEPS[0]) -> str:
+  """The scale `name` trained for `steps`: `name` at the protocol's steps, else e.g. 'dev_2400'."""
+  return name if steps == FOLD_STEPS[0] else f"{name}_{steps}"
+
+
 def fold_scale(fold: int, steps: int = FOLD_STEPS[0]) -> str:
   """The scale that trains `fold` for `steps`: 'cv0' at the protocol's steps, else 'cv0_2400'."""
-  return f"cv{fold}" if steps == FOLD_STEPS[0] else f"cv{fold}_{steps}"
+  return budget_scale(f"cv{fold}", steps)
 
 
 def fold_steps(scale_name: str) -> int | None:
@@ -70,16 +77,18 @@ def get_config(arg: str = ""):
           description=f"fold {fold} of {FOLDS}: train {train}, score the held-back {held} "
                       f"(constrained beam-21 F1 on its first {FOLD_SENTENCES} trees, perplexity "
                       f"on all); 3 + 3 pre-LN layers of 256, {steps} steps")
-  c.scales.dev = define.scale(
-      PROTOCOL, num_steps=0, bleu_sentences=0, seeds=(0,),
-      description="the sample's fixed dev split (wsj_0160-wsj_0179, all 273 trees), trained on "
-                  "wsj_0001-wsj_0159: reported, never chosen on")
-  for share, last in CURVE:  # the learning curve: the first files only, the same steps
-    c.scales[f"dev{share}"] = define.scale(
-        PROTOCOL, num_steps=0, bleu_sentences=0, seeds=(0,),
-        overrides={"data.train_files": f"wsj_0001-wsj_{last:04d}"},
-        description=f"the learning curve at {share}% of the training files (wsj_0001-wsj_"
-                    f"{last:04d}), the same steps, scored on the fixed dev split")
+  for steps in FOLD_STEPS:  # the fixed dev split and the learning curve, at each step budget
+    c.scales[budget_scale("dev", steps)] = define.scale(
+        PROTOCOL, num_steps=0 if steps == FOLD_STEPS[0] else steps, bleu_sentences=0,
+        seeds=(0,),
+        description=f"the sample's fixed dev split (wsj_0160-wsj_0179, all 273 trees), trained "
+                    f"on wsj_0001-wsj_0159 for {steps} steps: reported, never chosen on")
+    for share, last in CURVE:  # the learning curve: the first files only, the same steps
+      c.scales[budget_scale(f"dev{share}", steps)] = define.scale(
+          PROTOCOL, num_steps=0 if steps == FOLD_STEPS[0] else steps, bleu_sentences=0,
+          seeds=(0,), overrides={"data.train_files": f"wsj_0001-wsj_{last:04d}"},
+          description=f"the learning curve at {share}% of the training files (wsj_0001-wsj_"
+                      f"{last:04d}), {steps} steps, scored on the fixed dev split")
   row = lambda *a, **k: define.add_row(c, *a, **k)  # noqa: E731
   row("base", label="the protocol (the sample's settings at 1200 steps)", group="base")
   row("lr10", label="lrate scale 1.0 (base 0.7)", group="rate",
