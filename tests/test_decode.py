@@ -129,11 +129,17 @@ def test_reorder_cache_permutes_the_beam_tables_only():
   assert int(out["self_attention"]["cache_index"]) == 3
 
 
-def test_decoding_through_reordered_beam_tables_matches_teacher_forcing():
+# model.word_positions: the decoder counts the words its inputs wrote, in the cache per beam
+WORD_POSITIONS = dict(word_positions=True, word_starts=(4, 8, 9, 10))
+
+
+@pytest.mark.parametrize("changes", [{}, WORD_POSITIONS], ids=["plain", "word_positions"])
+def test_decoding_through_reordered_beam_tables_matches_teacher_forcing(changes):
   """Rows that take over other rows' hypotheses mid-way (as beam search does) read their new
   history through the beam tables: each row's logits equal teacher forcing of the prefix it now
-  continues, though that prefix's keys/values were written by several rows."""
-  cfg = tiny_config(num_encoder_layers=1, num_decoder_layers=2)
+  continues, though that prefix's keys/values were written by several rows (and, with word
+  positions, though the row counted other words before it took that prefix over)."""
+  cfg = tiny_config(num_encoder_layers=1, num_decoder_layers=2, **changes)
   params = init_params(cfg, seed=2)
   inputs_NxS = jnp.asarray([[5, 6, 7, EOS], [8, 9, EOS, 0], [5, 6, 7, EOS]], jnp.int32)
   history = [[3, 4, 5, 6, 7, 8], [8, 9, 10, 11, 12, 3], [9, 10, 11, 3, 4, 5]]
@@ -276,8 +282,9 @@ def test_wide_beam_equals_exhaustive_search(alpha):
     np.testing.assert_allclose(scores_BxK[b, :n], scores[order[:n]], **SCORE_TOL)
 
 
-def test_narrow_beam_scores_are_its_hypotheses_scores():
-  cfg = tiny_config()
+@pytest.mark.parametrize("changes", [{}, WORD_POSITIONS], ids=["plain", "word_positions"])
+def test_narrow_beam_scores_are_its_hypotheses_scores(changes):
+  cfg = tiny_config(**changes)
   params = init_params(cfg, seed=2, scale=2.0)
   inputs_BxS = jnp.array([[5, 6, 7, EOS], [8, EOS, 0, 0]], jnp.int32)
   alpha = 0.6

@@ -189,6 +189,8 @@ def test_what_a_target_cannot_express_is_refused_naming_the_key(pre_ln, tmp_path
   from transformer_jax.tools import export
   for key, value, target, says in (("model.pe_type", "learned", "hf", "'model.pe_type'"),
                                    ("model.d_v", 32, "ctranslate2", "'model.d_v'"),
+                                   ("model.word_positions", True, "ctranslate2",
+                                    "'model.word_positions'"),
                                    ("data.task", "parsing", "ctranslate2", "'data.task'")):
     config = ml_collections.ConfigDict(default_config().to_dict())
     section, name = key.split(".")

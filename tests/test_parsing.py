@@ -15,11 +15,12 @@ import pytest
 from tensorboardX.proto import event_pb2
 
 from tests.common import DATA_DIR, REPO, TINY_CLI_FLAGS, xla_flags
-from transformer_jax.data import sources
+from transformer_jax.data import sources, tokenizer as tok_lib
 from transformer_jax.runtime.exceptions import ConfigError, DataError
 from transformer_jax.runtime.overrides import load
 from transformer_jax.tasks import registry
 from transformer_jax.tasks.parsing import parseval, repair, treebank as trees
+from transformer_jax.tasks.parsing.task import TASK
 from transformer_jax.training.metrics import MetricsWriter
 
 SAMPLE = os.path.join(DATA_DIR, "ptb-sample", "combined") if DATA_DIR else ""
@@ -353,8 +354,14 @@ def test_a_tiny_parser_trains_evaluates_and_parses_through_the_cli(tmp_path):
   with open(tmp_path / "tb" / "f_02.mrg", "a", encoding="utf-8") as f:
     f.write("( (S (NP (NP (NP (NP (NP (DT the) (NN cat)))))) (VP (VBD saw)) (. .)) )\n")
   w = str(tmp_path / "w")
-  r = _main(f"--workdir={w}", *_parser_flags(tmp_path), "--config.train.num_steps=4")
+  # with word positions (model.word_positions): every later load reads the ids from the config
+  r = _main(f"--workdir={w}", *_parser_flags(tmp_path), "--config.train.num_steps=4",
+            "--config.model.word_positions=True")
   assert r.returncode == 0, r.stderr.decode()[-3000:]
+  saved = json.load(open(os.path.join(w, "config.json")))["model"]
+  leaves = TASK.word_starts(tok_lib.load_tokenizer(w))
+  assert saved["word_positions"] and tuple(saved["word_starts"]) == leaves
+  assert 0 < len(leaves) < len(tok_lib.load_tokenizer(w).word_start_ids())  # brackets are not
   warned = [l for l in r.stderr.decode().splitlines() if "training trees exceed" in l]
   assert len(warned) == 1 and "1 of 49 training trees exceed decode.parse_max_unary_chain=3" in warned[0]
   assert warned[0].endswith("f_02.mrg line 25): decode with --config.decode.parse_max_unary_chain=5")

@@ -208,6 +208,8 @@ def _train(config, workdir, saver, mesh, task) -> dict:
   if tok.vocab_size != model_cfg.vocab_size:
     raise ConfigError(f"config key 'model.vocab_size'={model_cfg.vocab_size} but the vocabulary in "
                       f"{workdir}/vocab has {tok.vocab_size} pieces")
+  if config.model.word_positions:  # the model reads which ids begin a word; saved with the run
+    _fill_word_starts(config, task, tok)
   rows_multiple = max(sharding.batch_parallelism(mesh), jax.process_count())
   train_iter = saver.data_iterator = pipeline.make_train_iterator(
       config, tok, batch_multiple=rows_multiple, process_index=jax.process_index(),
@@ -320,6 +322,17 @@ def _train(config, workdir, saver, mesh, task) -> dict:
     _print_examples(bar, dev_set, hypotheses)
   logging.info("finished at step %d", step_num)
   return dev_metrics
+
+
+def _fill_word_starts(config, task, tok) -> None:
+  """config.model.word_starts from the vocabulary (`model.word_positions`): every checkpoint's
+  config then holds them, so whatever loads the run gets the model it trained."""
+  starts = tuple(task.word_starts(tok))
+  given = tuple(config.model.word_starts)
+  if given and given != starts:
+    raise ConfigError("config key 'model.word_starts' differs from the ids that begin a word in "
+                      "the vocabulary of this run; leave it unset: training fills it")
+  config.model.word_starts = starts
 
 
 def _check_resume(restored: checkpoint.Restored, config, workdir: str, saver, tok,

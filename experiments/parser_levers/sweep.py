@@ -113,6 +113,8 @@ def get_config(arg: str = ""):
   row("wide384", label="d_model 384, 6 heads of 64, d_ff 1536 (base 256, 4, 1024)",
       group="size", overrides={"model.d_model": 384, "model.num_heads": 6,
                                "model.d_ff": 1536})
+  row("wordpos", label="word positions: the next leaf's index embedded (base none)",
+      group="linearization", overrides={"model.word_positions": True})
   # Decoding only: each is scored on base's trained runs (the runner trains them once).
   row("alpha0", label="length penalty alpha 0 (base 0.3)", group="decoding",
       overrides={"decode.alpha": 0.0})

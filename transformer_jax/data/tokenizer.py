@@ -63,6 +63,13 @@ class Tokenizer:
   def id_to_piece(self, token_id: int) -> str:
     return self._sp.id_to_piece(int(token_id))
 
+  def word_start_ids(self) -> tuple[int, ...]:
+    """The ids of the pieces that begin a whitespace-separated word: SentencePiece starts each
+    such piece with '▁' (the special pieces excluded)."""
+    sp = self._sp
+    return tuple(i for i in range(self.vocab_size) if sp.id_to_piece(i).startswith("▁")
+                 and not (sp.is_control(i) or sp.is_unknown(i)))
+
   def encode(self, text: str) -> list[int]:
     """Token ids of text, without EOS."""
     return self._sp.encode(text)

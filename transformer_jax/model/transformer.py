@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from transformer_jax.model import masks
 from transformer_jax.model.embedding import Embedding
 from transformer_jax.model.layers import DecoderLayer, EncoderLayer, layer_norm
-from transformer_jax.model.positional import PositionalEncoding
+from transformer_jax.model.positional import PositionalEncoding, WordPositions, word_counts
 from transformer_jax.runtime.config import ModelConfig
 
 
@@ -94,16 +94,21 @@ def _positions(tokens_BxL, positions_BxL):
 
 
 class Encoder(nn.Module):
-  """Embedding + PE + dropout, then N encoder layers (+ final LayerNorm when pre-LN)."""
+  """Embedding + PE (+ word positions) + dropout, then N encoder layers (+ final LayerNorm when
+  pre-LN)."""
 
   config: ModelConfig
   embedding: Embedding
+  word_positions: WordPositions | None = None
 
   @nn.compact
   def __call__(self, inputs_BxS, positions_BxS=None, segments_BxS=None, deterministic=True):
     cfg = self.config
     x_BxSxD = self.embedding.embed(inputs_BxS)
     x_BxSxD = x_BxSxD + PositionalEncoding(cfg, name="positional")(_positions(inputs_BxS, positions_BxS))
+    if self.word_positions is not None:  # each token's word: the words before it
+      words_BxS = word_counts(inputs_BxS, cfg.word_starts, cfg.vocab_size, segments_BxS) - 1
+      x_BxSxD = x_BxSxD + self.word_positions(jnp.maximum(words_BxS, 0))
     x_BxSxD = nn.Dropout(cfg.dropout_rate)(x_BxSxD, deterministic=deterministic)
     x_BxSxD = nn.with_logical_constraint(x_BxSxD, ("batch", "length", "embed"))
     mask = masks.encoder_self_mask(inputs_BxS, segments_BxS)
@@ -114,7 +119,8 @@ class Encoder(nn.Module):
 
 
 class Decoder(nn.Module):
-  """Embedding + PE + dropout, N decoder layers (+ final LayerNorm), pre-softmax projection."""
+  """Embedding + PE (+ word positions) + dropout, N decoder layers (+ final LayerNorm),
+  pre-softmax projection."""
 
   config: ModelConfig
   embedding: Embedding
@@ -122,14 +128,17 @@ class Decoder(nn.Module):
   incremental: bool = False
   max_decode_len: int = 0
   beam_size: int = 1  # decoding: rows are sentences x beams (attention.py reads caches by beam)
+  word_positions: WordPositions | None = None
 
   @nn.compact
   def __call__(self, decoder_inputs_BxT, encoded_BxSxD, self_mask, cross_mask,
-               positions_BxT=None, deterministic=True, project=True):
+               positions_BxT=None, deterministic=True, project=True, segments_BxT=None):
     cfg = self.config
     y_BxTxD = self.embedding.embed(decoder_inputs_BxT)
     y_BxTxD = y_BxTxD + PositionalEncoding(cfg, length=self.max_decode_len, name="positional")(
         _positions(decoder_inputs_BxT, positions_BxT))
+    if self.word_positions is not None:  # the next word's index: the words written so far
+      y_BxTxD = y_BxTxD + self.word_positions(self._words_written(decoder_inputs_BxT, segments_BxT))
     y_BxTxD = nn.Dropout(cfg.dropout_rate)(y_BxTxD, deterministic=deterministic)
     y_BxTxD = nn.with_logical_constraint(y_BxTxD, ("batch", "length", "embed"))
     y_BxTxD = _stack(DecoderLayer, cfg, cfg.num_decoder_layers, 5, self.incremental,
@@ -143,6 +152,20 @@ class Decoder(nn.Module):
     projection = self.output_embedding or self.embedding
     logits_BxTxV = projection.attend(y_BxTxD)
     return nn.with_logical_constraint(logits_BxTxV, ("batch", "length", "vocab"))
+
+  def _words_written(self, decoder_inputs_BxT, segments_BxT):
+    """Words among the decoder inputs up to each position; incremental decoding keeps each
+    row's count in the cache under `per_beam`, which follows its beam (beam_search.py)."""
+    cfg = self.config
+    written_BxT = word_counts(decoder_inputs_BxT, cfg.word_starts, cfg.vocab_size,
+                              None if self.incremental else segments_BxT)
+    if not self.incremental:
+      return written_BxT
+    count = self.variable("cache", "per_beam", jnp.zeros, (decoder_inputs_BxT.shape[0],),
+                          jnp.int32)
+    written_BxT = written_BxT + count.value[:, None]
+    count.value = written_BxT[:, -1]
+    return written_BxT
 
 
 class Transformer(nn.Module):
@@ -163,10 +186,14 @@ class Transformer(nn.Module):
       self.target_embedding = Embedding(cfg)
       self.output_projection = Embedding(cfg)
       src, tgt, out = self.source_embedding, self.target_embedding, self.output_projection
-    self.encoder = Encoder(cfg, embedding=src)
+    words = None
+    if cfg.word_positions:
+      self.word_positions = WordPositions(cfg)
+      words = self.word_positions
+    self.encoder = Encoder(cfg, embedding=src, word_positions=words)
     self.decoder = Decoder(cfg, embedding=tgt, output_embedding=out,
                            incremental=self.incremental, max_decode_len=self.max_decode_len,
-                           beam_size=self.beam_size)
+                           beam_size=self.beam_size, word_positions=words)
 
   def encode(self, inputs_BxS, inputs_positions=None, inputs_segmentation=None, deterministic=True):
     return self.encoder(inputs_BxS, inputs_positions, inputs_segmentation, deterministic)
@@ -189,7 +216,7 @@ class Transformer(nn.Module):
       self_mask = masks.decoder_self_mask(targets_BxT, targets_segmentation)
       cross = masks.cross_mask(targets_BxT, inputs_BxS, targets_segmentation, inputs_segmentation)
     return self.decoder(decoder_inputs_BxT, encoded_BxSxD, self_mask, cross,
-                        targets_positions, deterministic, project)
+                        targets_positions, deterministic, project, targets_segmentation)
 
   def project(self, y_BxTxD):
     """The pre-softmax projection of decoder states: float32 logits [B, T, vocab_size]."""

@@ -67,6 +67,11 @@ def default_config() -> ml_collections.ConfigDict:
                                   # pass (less memory, ~1/3 more compute); same results
   m.scan_layers = False           # nn.scan over each stack: one layer compiled instead of N
                                   # (parameters stacked on a 'layers' axis; same results)
+  m.word_positions = False        # deviation: a learned embedding of each token's word index,
+                                  # shared by both sides (model/positional.py); for a target that
+                                  # writes the source's words in order (a parser's leaves)
+  m.word_starts = ()              # the vocabulary ids that begin a word, for word_positions:
+                                  # training fills them from the vocabulary (Task.word_starts)
 
   c.data = ml_collections.ConfigDict()
   d = c.data
@@ -187,8 +192,11 @@ class ModelConfig:
   attention_impl: str = "einsum"
   remat: str = "none"
   scan_layers: bool = False
+  word_positions: bool = False
+  word_starts: tuple[int, ...] = ()
 
   def __post_init__(self):
+    object.__setattr__(self, "word_starts", tuple(self.word_starts))  # JSON gives a list
     _check_model(self)
 
   @classmethod
@@ -240,6 +248,9 @@ def _check_model(m: ModelConfig, prefix: str = "model."):
   _choice(prefix, "attention_impl", m.attention_impl, ATTENTION_IMPLS)
   _choice(prefix, "dtype", m.dtype, DTYPES)
   _choice(prefix, "remat", m.remat, REMAT_POLICIES)
+  if m.word_starts and not 0 <= min(m.word_starts) <= max(m.word_starts) < m.vocab_size:
+    raise ConfigError(f"config key '{prefix}word_starts' holds ids outside the vocabulary of "
+                      f"{m.vocab_size}; it is filled from the run's vocabulary by training")
   if m.pe_type == "sinusoidal" and m.d_model % 2:
     raise ConfigError(f"config key '{prefix}d_model' must be even for sinusoidal positions, got {m.d_model}")
   if m.attention_impl in ("dot_product_attention", "cudnn"):
@@ -264,6 +275,7 @@ def _check_keys(cfg, schema, prefix=""):
       _check_keys(value, ref, f"{prefix}{key}.")
     elif ref is not None and value is not None:
       ok = isinstance(value, type(ref)) or (isinstance(ref, float) and isinstance(value, int))
+      ok = ok or (isinstance(ref, tuple) and isinstance(value, list))  # a tuple read from JSON
       if isinstance(ref, (int, float)) and isinstance(value, bool):
         ok = isinstance(ref, bool)
       if not ok:

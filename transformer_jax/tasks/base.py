@@ -49,6 +49,11 @@ class Task(abc.ABC):
     del config
     return []
 
+  def word_starts(self, tokenizer) -> tuple[int, ...]:
+    """The vocabulary ids that begin a word, for `model.word_positions` (training fills
+    `model.word_starts` with them): every piece that begins a whitespace-separated token."""
+    return tokenizer.word_start_ids()
+
   def decode_constraint(self, config: ml_collections.ConfigDict, tokenizer) -> Any:
     """What the beam search's outputs must obey (a decode.Constraint), or None: free."""
     del config, tokenizer

@@ -81,6 +81,9 @@ def check_exportable(config, target: str) -> None:
   if m.d_k != m.d_v:
     raise ConfigError(f"config keys 'model.d_k'={m.d_k} and 'model.d_v'={m.d_v} differ; "
                       "neither target has separate query/key and value head sizes")
+  if m.word_positions:
+    raise ConfigError("config key 'model.word_positions'=True: neither target adds an embedding "
+                      "of word indices, which the model's outputs depend on")
   if target == "hf":
     name = "MarianMT"
     if m.pre_ln:

@@ -55,6 +55,12 @@ class Parsing(base.Task):
     records = sources.split_source(config, "train", self.read_split).records
     return tree_constraint.search_limit_warnings(records.examples, config.decode)
 
+  def word_starts(self, tokenizer) -> tuple[int, ...]:
+    """The pieces that begin a leaf: a target's brackets are tokens too, but not words (no word
+    begins with a bracket: treebank.ESCAPES), so the target's count is of the leaves written."""
+    brackets = {tokenizer.encode(b + label)[0] for b in "()" for label in treebank.PHRASE_LABELS}
+    return tuple(i for i in tokenizer.word_start_ids() if i not in brackets)
+
   def decode_constraint(self, config, tokenizer) -> tree_constraint.TreeConstraint | None:
     if not config.decode.parse_constraint:
       return None
