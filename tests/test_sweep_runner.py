@@ -313,10 +313,9 @@ def test_tiny_real_run_trains_evaluates_and_is_skipped_on_rerun(tmp_path):
 
 def test_a_config_key_added_later_at_its_default_is_the_same_protocol():
   from experiments.harness.records import protocol_difference  # pylint: disable=g-import-not-at-top
-  ours = {"hash": "b", "num_steps": 3, "resolved": {"model.d_model": 64, "model.remat": "none",
-                                                    "model.word_starts": []}}
+  ours = {"hash": "b", "num_steps": 3, "resolved": {"model.d_model": 64, "model.remat": "none"}}
   older = {"hash": "a", "num_steps": 3, "resolved": {"model.d_model": 64}}  # before remat existed
-  assert protocol_difference(ours, older) == ""  # word_starts' default () is [] in JSON
+  assert protocol_difference(ours, older) == ""
   ours["resolved"]["model.remat"] = "layer"  # not the default: a different computation
   assert protocol_difference(ours, older) == "resolved.model.remat: None there, 'layer' now"
   assert protocol_difference(ours, {**older, "num_steps": 2}) == "num_steps: 2 there, 3 now"

@@ -35,9 +35,8 @@ def added_later_at_default(key: str, ours: dict, theirs: dict, schema_key=None) 
   name = schema_key(key) if schema_key else key
   if name is None:
     return False
-  plain = lambda v: list(v) if isinstance(v, tuple) else v  # noqa: E731 - JSON has no tuples
   try:
-    return plain(schema_default(name)) == plain(ours[key])
+    return schema_default(name) == ours[key]
   except ConfigError:
     return False
 

@@ -70,7 +70,7 @@ def default_config() -> ml_collections.ConfigDict:
   m.word_positions = False        # deviation: a learned embedding of each token's word index,
                                   # shared by both sides (model/positional.py); for a target that
                                   # writes the source's words in order (a parser's leaves)
-  m.word_starts = ()              # the vocabulary ids that begin a word, for word_positions:
+  m.word_starts = []              # the vocabulary ids that begin a word, for word_positions:
                                   # training fills them from the vocabulary (Task.word_starts)
 
   c.data = ml_collections.ConfigDict()
@@ -196,7 +196,7 @@ class ModelConfig:
   word_starts: tuple[int, ...] = ()
 
   def __post_init__(self):
-    object.__setattr__(self, "word_starts", tuple(self.word_starts))  # JSON gives a list
+    object.__setattr__(self, "word_starts", tuple(self.word_starts))  # hashable: a jit static
     _check_model(self)
 
   @classmethod
@@ -275,7 +275,6 @@ def _check_keys(cfg, schema, prefix=""):
       _check_keys(value, ref, f"{prefix}{key}.")
     elif ref is not None and value is not None:
       ok = isinstance(value, type(ref)) or (isinstance(ref, float) and isinstance(value, int))
-      ok = ok or (isinstance(ref, tuple) and isinstance(value, list))  # a tuple read from JSON
       if isinstance(ref, (int, float)) and isinstance(value, bool):
         ok = isinstance(ref, bool)
       if not ok:
