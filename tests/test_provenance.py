@@ -61,16 +61,20 @@ def _write(path, obj):
 def test_drift_names_the_key_archive_is_skipped_and_nothing_is_rewritten(tmp_path):
   config = flatten(provenance.load("configs/tiny.py"))
   nested = nest(config).to_dict()
+  trained = nest({**config, "model.word_positions": True, "model.word_starts": [5, 9]}).to_dict()
   texts = {
       "same.json": _write(tmp_path / "same.json", {"command": TRAIN, "config": nested}),
+      # the ids training filled from its vocabulary are not the command's: the same run
+      "filled.json": _write(tmp_path / "filled.json", {
+          "command": TRAIN + " --config.model.word_positions=True", "config": trained}),
       "drift.json": _write(tmp_path / "drift.json", {
           "command": TRAIN + " --config.model.dropout_rate=0.3", "config": nested}),
       "archive/old.json": _write(tmp_path / "archive" / "old.json", "{not json"),
   }
   findings, archived = provenance.check_folder(str(tmp_path))
   by_name = {os.path.relpath(f.path, tmp_path): f for f in findings}
-  assert set(by_name) == {"same.json", "drift.json"} and archived == 1
-  assert by_name["same.json"].status == "ok"
+  assert set(by_name) == {"same.json", "filled.json", "drift.json"} and archived == 1
+  assert by_name["same.json"].status == "ok" and by_name["filled.json"].status == "ok"
   assert by_name["drift.json"].status == "drift"
   assert "model.dropout_rate: 0.1 recorded, 0.3 at HEAD" in by_name["drift.json"].detail
   for name, text in texts.items():

@@ -48,6 +48,8 @@ ARCHIVE = "archive"
 # Keys of a run's config.json that say where and how visibly it ran, not what it computed.
 PLACE_KEYS = frozenset(("data.data_dir", "data.tfds_data_dir",
                         "data.num_workers", "train.progress_bar", "train.peak_flops"))
+# Keys training fills from the run's vocabulary (recorded by its fingerprint), not set by a command.
+VOCABULARY_KEYS = frozenset(("model.word_starts",))
 FAILING = ("drift", "error")
 _OURS = ("transformer_jax", "experiments", "benchmarks", "launch", "configs")
 RUNNER = "experiments.harness.runner"
@@ -181,7 +183,8 @@ def _check_sweep_result(data: dict) -> tuple[str, str]:
     average = [a.split("=", 1)[1] for a in evaluation if a.startswith("--average=")]
     if average:
       resolved["decode.average_checkpoints"] = int(average[0])
-    diff = settings_difference(protocol["resolved"], resolved, resolve.BOOKKEEPING_KEYS)
+    diff = settings_difference(protocol["resolved"], resolved,
+                               resolve.BOOKKEEPING_KEYS | VOCABULARY_KEYS)
     if diff:
       return "drift", f"the training command at HEAD: {diff}"
   return "ok", f"row {protocol['row']} at scale {protocol['scale']}, {len(protocol['resolved'])} settings"
@@ -210,7 +213,8 @@ def _benchmark_settings(command: str) -> dict | None:
 RESOLVERS = {
     RUNNER: (_runner_settings, frozenset()),
     "experiments.checks.battery": (_battery_settings, frozenset()),
-    "transformer_jax.main": (resolve_training_command, resolve.BOOKKEEPING_KEYS | PLACE_KEYS),
+    "transformer_jax.main": (resolve_training_command,
+                             resolve.BOOKKEEPING_KEYS | PLACE_KEYS | VOCABULARY_KEYS),
 }
 
 
@@ -254,7 +258,8 @@ def check_result(path: str) -> Finding:
       return Finding(path, *_check_sweep_result(data))
     if isinstance(data, dict) and isinstance(data.get("config"), dict) and data.get("command"):
       recorded = flatten(data["config"])
-      diff = settings_difference(recorded, resolve_training_command(data["command"]), PLACE_KEYS)
+      diff = settings_difference(recorded, resolve_training_command(data["command"]),
+                                 PLACE_KEYS | VOCABULARY_KEYS)
       if diff:
         return Finding(path, "drift", f"the training command at HEAD: {diff}")
       return Finding(path, "ok", f"{_flag(_module_args(data['command'], 'transformer_jax.main'), 'config')}, "
