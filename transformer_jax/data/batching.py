@@ -14,7 +14,8 @@ the padded lengths. Planning works on token lengths only, so an epoch's plan is 
   (padded with empty rows). A bucket's sources are padded only to the longest source of it and
   of the shorter buckets (``bucket_source_lengths``, a multiple of LENGTH_STEP), not to L:
   where targets are much longer than sources (a parser's linearized trees) the encoder and
-  cross-attention then skip most of the padding, with the same examples in the same rows. Evaluation batches use the same lengths.
+  cross-attention then skip most of the padding, with the same examples in the same rows.
+  Evaluation batches use the same lengths.
 - pack mode: several pairs per row of (max_source_len, max_target_len) tokens, first-fit over a
   window of open rows, with segment ids and per-segment positions. Rows stream across epoch ends,
   so no batch is partial: the last batch of epoch e is completed with the first rows of epoch e+1.
