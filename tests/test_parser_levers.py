@@ -53,10 +53,13 @@ def test_the_parser_levers_sweep_folds_partition_the_training_files():
 
 
 
-def test_the_parser_levers_verdict_needs_every_fold_and_the_pooled_bootstrap(tmp_path):
+def test_the_parser_levers_verdict_needs_every_fold_and_the_pooled_bootstrap(tmp_path, monkeypatch):
   """experiments/parser_levers/report.py: a row better on every fold with p < 0.05 is adopted,
-  one better on two folds only stays as base, one missing a fold is pending."""
+  one better on two folds only stays as base, one missing a fold is pending; a row stacked on
+  another is judged against that row, not base."""
   from experiments.parser_levers import report as levers_report
+  monkeypatch.setitem(levers_report.REFERENCE, "ls0", "lr10")
+  monkeypatch.setitem(levers_report.REFERENCE, "drop02", "lr10")
   from transformer_jax.runtime.results import write_json
   sweep = study.load_sweep(os.path.join(REPO, "experiments", "parser_levers"))
   gold = "(TOP (S (NP (XX a) (XX b)) (VP (XX c) (NP (XX d) (XX e)))))"
@@ -67,7 +70,8 @@ def test_the_parser_levers_verdict_needs_every_fold_and_the_pooled_bootstrap(tmp
     folder.mkdir()
     write_json(str(folder / "references.json"), {"references": [gold] * 40})
     rows = {"base": [flat] * 20 + [gold] * 20, "lr10": [gold] * 40,
-            "drop03": [gold] * 40 if fold < 2 else [flat] * 40}
+            "drop03": [gold] * 40 if fold < 2 else [flat] * 40,
+            "ls0": [flat] * 30 + [gold] * 10, "drop02": [gold] * 40}
     if fold < 2:
       rows["wd0"] = [gold] * 40
     for row, trees in rows.items():
@@ -82,3 +86,8 @@ def test_the_parser_levers_verdict_needs_every_fold_and_the_pooled_bootstrap(tmp
   assert min(table["lr10"]["delta"]) > 0
   assert table["drop03"]["verdict"] == "as base" and table["drop03"]["delta"][2] < 0
   assert table["wd0"]["verdict"] == "pending" and table["wd0"]["f1"][2] is None
+  # Stacked on lr10: worse than lr10 on every fold (though better than base on none either way).
+  assert table["ls0"]["against"] == "lr10" and table["ls0"]["verdict"] == "harmful"
+  assert table["ls0"]["delta"] == [a - b for a, b in zip(table["ls0"]["f1"], table["lr10"]["f1"])]
+  assert table["drop02"]["verdict"] == "as lr10" and table["drop02"]["delta"] == [0.0] * 3
+  assert table["lr10"]["against"] == "base"

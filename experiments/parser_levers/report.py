@@ -2,10 +2,11 @@
 
 Each fold (scale cv0..cv2, or cv0_2400.. at a longer step budget) scores a row on its own
 held-back trees; this section reads every fold of the report's step budget (of each budget in a
-report of another scale). A row's Δ on a fold is its bracket F1 less base's there;
-the paired bootstrap pools the folds' sentences (each tree scored by its own fold's run). The rule
+report of another scale). A row's Δ on a fold is its bracket F1 less its reference row's there
+(base, or for a row stacked on an adopted lever that lever's row: sweep.REFERENCE); the paired
+bootstrap pools the folds' sentences (each tree scored by its own fold's run). The rule
 (README.md): a lever is adopted when its Δ is positive on every fold and the pooled p < 0.05;
-harmful when negative on every fold with p < 0.05; otherwise it stays as base.
+harmful when negative on every fold with p < 0.05; otherwise it stays as its reference.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 import nltk
 
 from experiments.harness import records, study
-from experiments.parser_levers.sweep import FOLD_STEPS, FOLDS, fold_scale, fold_steps
+from experiments.parser_levers.sweep import FOLD_STEPS, FOLDS, REFERENCE, fold_scale, fold_steps
 from transformer_jax.runtime import markdown
 from transformer_jax.runtime.results import read_json
 from transformer_jax.tasks.parsing import parseval
@@ -38,30 +39,33 @@ def fold_results(sweep, folders=None,
 
 
 def verdicts(sweep, folders=None, steps: int = FOLD_STEPS[0]) -> list[dict]:
-  """Per row: F1 on each fold at `steps`, Δ against base on each, their mean, the pooled paired
-  bootstrap and the verdict ('adopt', 'harmful', 'as base' or 'pending')."""
+  """Per row: F1 on each fold at `steps`, Δ against its reference row on each, their mean, the
+  pooled paired bootstrap and the verdict ('adopt', 'harmful', 'as base' or 'pending')."""
   folds = fold_results(sweep, folders, steps)
-  base_f1 = [f[0]["base"]["f1"] if "base" in f[0] else None for f in folds]
+  f1_of = lambda row: [f[0][row]["f1"] if row in f[0] else None for f in folds]  # noqa: E731
   rows = []
   for row in study.row_ids(sweep):
-    f1 = [f[0][row]["f1"] if row in f[0] else None for f in folds]
+    against = REFERENCE.get(row, "base")
+    f1, ref_f1 = f1_of(row), f1_of(against)
     entry = {"row": row, "label": sweep.rows[row].label, "group": sweep.rows[row].group,
-             "f1": f1, "delta": None, "mean_delta": None, "p_value": None, "verdict": "pending"}
-    if None not in f1 and None not in base_f1:
-      entry["delta"] = [a - b for a, b in zip(f1, base_f1)]
+             "against": against, "f1": f1, "delta": None, "mean_delta": None, "p_value": None,
+             "verdict": "pending"}
+    if None not in f1 and None not in ref_f1:
+      entry["delta"] = [a - b for a, b in zip(f1, ref_f1)]
       entry["mean_delta"] = sum(entry["delta"]) / FOLDS
       if row == "base":
         entry["verdict"] = "base"
       else:
-        golds, base_trees, row_trees = [], [], []
+        golds, ref_trees, row_trees = [], [], []
         for results, gold in folds:
           golds += gold
-          base_trees += [nltk.Tree.fromstring(t) for t in results["base"]["hypotheses"]]
+          ref_trees += [nltk.Tree.fromstring(t) for t in results[against]["hypotheses"]]
           row_trees += [nltk.Tree.fromstring(t) for t in results[row]["hypotheses"]]
-        entry["p_value"] = parseval.paired_bootstrap(golds, base_trees, row_trees)["f1"]["p_value"]
+        entry["p_value"] = parseval.paired_bootstrap(golds, ref_trees, row_trees)["f1"]["p_value"]
         significant = entry["p_value"] < SIGNIFICANT
         entry["verdict"] = ("adopt" if significant and min(entry["delta"]) > 0 else
-                            "harmful" if significant and max(entry["delta"]) < 0 else "as base")
+                            "harmful" if significant and max(entry["delta"]) < 0 else
+                            f"as {against}")
     rows.append(entry)
   return rows
 
@@ -87,16 +91,17 @@ def _section(sweep, table: list[dict], steps: int) -> list[str]:
   scales = ", ".join(fold_scale(f, steps) for f in range(FOLDS))
   return ["", f"## Across the folds at {steps} steps", "",
           f"Bracket F1 on each fold's held-back trees (scales {scales}; constrained search, the "
-          f"first {sweep.scales[fold_scale(0, steps)].bleu_sentences} of each), Δ against base on "
-          f"the same fold, their mean, and p: the paired bootstrap of the row against base over "
-          f"the folds' sentences pooled. Verdict: adopt = Δ > 0 on every fold and p < "
-          f"{SIGNIFICANT:g}; harmful = Δ < 0 on every fold and p < {SIGNIFICANT:g}; as base "
+          f"first {sweep.scales[fold_scale(0, steps)].bleu_sentences} of each), Δ against the "
+          f"row's reference (base, or the adopted lever it is stacked on) on the same fold, their "
+          f"mean, and p: the paired bootstrap of the row against its reference over the folds' "
+          f"sentences pooled. Verdict: adopt = Δ > 0 on every fold and p < {SIGNIFICANT:g}; "
+          f"harmful = Δ < 0 on every fold and p < {SIGNIFICANT:g}; as its reference "
           "otherwise." + spread,
           "",
           markdown.table(
-              ["row", "group", *[f"F1 fold {i}" for i in range(FOLDS)],
+              ["row", "group", "against", *[f"F1 fold {i}" for i in range(FOLDS)],
                *[f"Δ fold {i}" for i in range(FOLDS)], "mean Δ", "p", "verdict"],
-              [[r["label"], r["group"], *[fmt(v, ".2f") for v in r["f1"]],
+              [[r["label"], r["group"], r["against"], *[fmt(v, ".2f") for v in r["f1"]],
                 *([fmt(v, "+.2f") for v in r["delta"]] if r["delta"] else [""] * FOLDS),
                 fmt(r["mean_delta"], "+.2f"), fmt(r["p_value"], ".3f"), r["verdict"]]
                for r in table])]

@@ -33,6 +33,9 @@ FOLD_SENTENCES = 200
 # a family of folds of its own whose verdicts are read across its folds only.
 FOLD_STEPS = (1200, 2400)
 CURVE = ((25, 40), (50, 80))  # (share of the training files, the last file): wsj_0001-wsj_0040, ...
+# A row stacked on an adopted training lever is judged against that lever's row, not base: the
+# protocol stays pinned (every result regenerates at it) while levers accumulate.
+REFERENCE = {"wp_drop02": "wordpos", "wp_bpedrop": "wordpos"}
 
 
 def fold_files(fold: int, folds: int = FOLDS, first_last: tuple[int, int] = TRAIN_FILES):
@@ -115,6 +118,14 @@ def get_config(arg: str = ""):
                                "model.d_ff": 1536})
   row("wordpos", label="word positions: the next leaf's index embedded (base none)",
       group="linearization", overrides={"model.word_positions": True})
+  # Stacked on word positions, each judged against the row wordpos (REFERENCE): with them the
+  # held-back perplexity is far above the training one, so regularisation is the next lever.
+  wordpos = {"model.word_positions": True}
+  row("wp_drop02", label="dropout 0.2, with word positions (against wordpos)",
+      group="on word positions", overrides={**wordpos, "model.dropout_rate": 0.2})
+  row("wp_bpedrop", label="BPE-dropout 0.1 on the words in, with word positions (against wordpos)",
+      group="on word positions", overrides={**wordpos, "data.bpe_dropout": 0.1,
+                                            "data.bpe_dropout_target": False})
   # Decoding only: each is scored on base's trained runs (the runner trains them once).
   row("alpha0", label="length penalty alpha 0 (base 0.3)", group="decoding",
       overrides={"decode.alpha": 0.0})
