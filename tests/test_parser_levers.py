@@ -91,3 +91,8 @@ def test_the_parser_levers_verdict_needs_every_fold_and_the_pooled_bootstrap(tmp
   assert table["ls0"]["delta"] == [a - b for a, b in zip(table["ls0"]["f1"], table["lr10"]["f1"])]
   assert table["drop02"]["verdict"] == "as lr10" and table["drop02"]["delta"] == [0.0] * 3
   assert table["lr10"]["against"] == "base"
+  lengths = {r["row"]: r["lengths"] for r in levers_report.by_length(sweep, list(table.values()),
+                                                                      folders)}
+  assert set(lengths) == {"base", "lr10"}  # base and the adopted rows only
+  assert [(s["first"], s["last"], s["sentences"]) for s in lengths["lr10"]] == [(1, 10, 120)]
+  assert lengths["lr10"][0]["f1"] == 100 and lengths["base"][0]["f1"] == table["base"]["f1"][0]

@@ -6,7 +6,8 @@ report of another scale). A row's Δ on a fold is its bracket F1 less its refere
 (base, or for a row stacked on an adopted lever that lever's row: sweep.REFERENCE); the paired
 bootstrap pools the folds' sentences (each tree scored by its own fold's run). The rule
 (README.md): a lever is adopted when its Δ is positive on every fold and the pooled p < 0.05;
-harmful when negative on every fold with p < 0.05; otherwise it stays as its reference.
+harmful when negative on every fold with p < 0.05; otherwise it stays as its reference. Base
+and the adopted rows are also scored by sentence length, to show where a lever helps.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from transformer_jax.runtime.results import read_json
 from transformer_jax.tasks.parsing import parseval
 
 SIGNIFICANT = 0.05
+# Sentence lengths in words (first, last; None: no limit) that the by-length table splits into.
+LENGTHS = ((1, 10), (11, 20), (21, 30), (31, 40), (41, None))
 
 
 def fold_results(sweep, folders=None,
@@ -70,6 +73,28 @@ def verdicts(sweep, folders=None, steps: int = FOLD_STEPS[0]) -> list[dict]:
   return rows
 
 
+def by_length(sweep, table: list[dict], folders=None,
+              steps: int = FOLD_STEPS[0]) -> list[dict]:
+  """Base and each adopted row of `table` (verdicts' rows): bracket F1, precision and recall on
+  the folds' held-back sentences pooled, per range of sentence length (LENGTHS)."""
+  folds = fold_results(sweep, folders, steps)
+  shown = [r for r in table if r["verdict"] in ("base", "adopt")]
+  out = []
+  for r in shown:
+    buckets = {span: ([], []) for span in LENGTHS}
+    for results, gold in folds:
+      for g, h in zip(gold, results[r["row"]]["hypotheses"]):
+        n = len(g.leaves())
+        span = next(s for s in LENGTHS if s[0] <= n and (s[1] is None or n <= s[1]))
+        buckets[span][0].append(g)
+        buckets[span][1].append(nltk.Tree.fromstring(h))
+    out.append({"row": r["row"], "label": r["label"], "lengths": [
+        {"first": a, "last": b, "sentences": len(g), **{k: parseval.score_trees(g, h)[k]
+                                                         for k in ("f1", "precision", "recall")}}
+        for (a, b), (g, h) in buckets.items() if g]})
+  return out
+
+
 def sections(sweep, rows: list[dict], scale_name: str) -> tuple[list[str], dict]:
   """(Markdown lines, JSON entries): the rows across the folds of this report's step budget,
   whichever fold it is; a report of another scale (dev, ...) shows every budget's."""
@@ -80,7 +105,23 @@ def sections(sweep, rows: list[dict], scale_name: str) -> tuple[list[str], dict]
     table = verdicts(sweep, steps=budget)
     record[f"across_folds_{budget}"] = table
     lines += _section(sweep, table, budget)
+    if None not in next(r for r in table if r["row"] == "base")["f1"]:
+      lengths = by_length(sweep, table, steps=budget)
+      record[f"by_length_{budget}"] = lengths
+      lines += _length_section(lengths, budget)
   return lines, record
+
+
+def _length_section(lengths: list[dict], steps: int) -> list[str]:
+  spans = [(s["first"], s["last"], s["sentences"]) for s in lengths[0]["lengths"]]
+  head = [f"{a}–{b} words ({n})" if b else f"{a}+ words ({n})" for a, b, n in spans]
+  return ["", f"## Bracket F1 by sentence length at {steps} steps", "",
+          "Base and each adopted row, on the three folds' held-back sentences pooled (how many in "
+          "each range in brackets): F1 (precision / recall).",
+          "",
+          markdown.table(["row", *head], [
+              [r["label"], *[f"{s['f1']:.1f} ({s['precision']:.1f} / {s['recall']:.1f})"
+                             for s in r["lengths"]]] for r in lengths])]
 
 
 def _section(sweep, table: list[dict], steps: int) -> list[str]:
