@@ -66,6 +66,25 @@ def test_both_metrics_agree_on_fixture_trees():
   assert ours["matched"] == direct["matched_brackets"] and ours["gold"] == direct["gold_brackets"]
 
 
+def test_supar_metric_deletes_punctuation_by_the_gold_tags():
+  """Our parser writes every preterminal as XX: both metrics delete punctuation by the gold
+  tags, as EVALB does, so our trees score as a tagged parser's would."""
+  parser_peer = _peer()
+  golds = [nltk.Tree.fromstring(t) for t in GOLD]
+  untagged = []
+  for text in OTHER:
+    tree = nltk.Tree.fromstring(text)
+    for leaf in tree.treepositions("leaves"):
+      tree[leaf[:-1]].set_label("XX")
+    untagged.append(tree)
+  tagged = parser_peer.score(golds, [nltk.Tree.fromstring(t) for t in OTHER])
+  both = parser_peer.score(golds, untagged)
+  for key in ("f1", "precision", "recall", "exact_match"):
+    assert both["supar_metric"][key] == pytest.approx(tagged["supar_metric"][key], rel=1e-9)
+    assert both["parseval"][key] == pytest.approx(both["supar_metric"][key], rel=1e-9), key
+  assert untagged[1].pos()[0] == ("The", "XX")  # the trees scored are not changed
+
+
 def test_without_the_extra_the_benchmark_says_which_in_one_line(tmp_path):
   """Run where supar cannot be imported (a path entry that shadows it): one line, exit 2."""
   shadow = tmp_path / "shadow"
