@@ -129,11 +129,14 @@ def test_reorder_cache_permutes_the_beam_tables_only():
   assert int(out["self_attention"]["cache_index"]) == 3
 
 
-# model.word_positions: the decoder counts the words its inputs wrote, in the cache per beam
+# model.word_positions: the decoder counts the words its inputs wrote, in the cache per beam;
+# model.word_pointer: it reads the encoder's output at the next word from the cache
 WORD_POSITIONS = dict(word_positions=True, word_starts=(4, 8, 9, 10))
+WORD_POINTER = dict(word_pointer=True, word_starts=(4, 5, 8, 9, 10))
 
 
-@pytest.mark.parametrize("changes", [{}, WORD_POSITIONS], ids=["plain", "word_positions"])
+@pytest.mark.parametrize("changes", [{}, WORD_POSITIONS, WORD_POINTER],
+                         ids=["plain", "word_positions", "word_pointer"])
 def test_decoding_through_reordered_beam_tables_matches_teacher_forcing(changes):
   """Rows that take over other rows' hypotheses mid-way (as beam search does) read their new
   history through the beam tables: each row's logits equal teacher forcing of the prefix it now
@@ -282,7 +285,8 @@ def test_wide_beam_equals_exhaustive_search(alpha):
     np.testing.assert_allclose(scores_BxK[b, :n], scores[order[:n]], **SCORE_TOL)
 
 
-@pytest.mark.parametrize("changes", [{}, WORD_POSITIONS], ids=["plain", "word_positions"])
+@pytest.mark.parametrize("changes", [{}, WORD_POSITIONS, WORD_POINTER],
+                         ids=["plain", "word_positions", "word_pointer"])
 def test_narrow_beam_scores_are_its_hypotheses_scores(changes):
   cfg = tiny_config(**changes)
   params = init_params(cfg, seed=2, scale=2.0)

@@ -191,6 +191,7 @@ def test_what_a_target_cannot_express_is_refused_naming_the_key(pre_ln, tmp_path
                                    ("model.d_v", 32, "ctranslate2", "'model.d_v'"),
                                    ("model.word_positions", True, "ctranslate2",
                                     "'model.word_positions'"),
+                                   ("model.word_pointer", True, "hf", "'model.word_pointer'"),
                                    ("data.task", "parsing", "ctranslate2", "'data.task'")):
     config = ml_collections.ConfigDict(default_config().to_dict())
     section, name = key.split(".")

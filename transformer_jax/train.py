@@ -208,7 +208,7 @@ def _train(config, workdir, saver, mesh, task) -> dict:
   if tok.vocab_size != model_cfg.vocab_size:
     raise ConfigError(f"config key 'model.vocab_size'={model_cfg.vocab_size} but the vocabulary in "
                       f"{workdir}/vocab has {tok.vocab_size} pieces")
-  if config.model.word_positions:  # the model reads which ids begin a word; saved with the run
+  if model_cfg.counts_words:  # the model reads which ids begin a word; saved with the run
     _fill_word_starts(config, task, tok)
   rows_multiple = max(sharding.batch_parallelism(mesh), jax.process_count())
   train_iter = saver.data_iterator = pipeline.make_train_iterator(
@@ -325,8 +325,9 @@ def _train(config, workdir, saver, mesh, task) -> dict:
 
 
 def _fill_word_starts(config, task, tok) -> None:
-  """config.model.word_starts from the vocabulary (`model.word_positions`): every checkpoint's
-  config then holds them, so whatever loads the run gets the model it trained."""
+  """config.model.word_starts from the vocabulary (`model.word_positions`, `model.word_pointer`):
+  every checkpoint's config then holds them, so whatever loads the run gets the model it
+  trained."""
   starts = tuple(task.word_starts(tok))
   given = tuple(config.model.word_starts)
   if given and given != starts:

@@ -35,7 +35,7 @@ FOLD_STEPS = (1200, 2400)
 CURVE = ((25, 40), (50, 80))  # (share of the training files, the last file): wsj_0001-wsj_0040, ...
 # A row stacked on an adopted training lever is judged against that lever's row, not base: the
 # protocol stays pinned (every result regenerates at it) while levers accumulate.
-REFERENCE = {"wp_drop02": "wordpos", "wp_bpedrop": "wordpos"}
+REFERENCE = {"wp_drop02": "wordpos", "wp_bpedrop": "wordpos", "wp_pointer": "wordpos"}
 
 
 def fold_files(fold: int, folds: int = FOLDS, first_last: tuple[int, int] = TRAIN_FILES):
@@ -126,6 +126,9 @@ def get_config(arg: str = ""):
   row("wp_bpedrop", label="BPE-dropout 0.1 on the words in, with word positions (against wordpos)",
       group="on word positions", overrides={**wordpos, "data.bpe_dropout": 0.1,
                                             "data.bpe_dropout_target": False})
+  row("wp_pointer", label="the word pointer: the next word's encoder output into the decoder, "
+      "with word positions (against wordpos)", group="on word positions",
+      overrides={**wordpos, "model.word_pointer": True})
   # Decoding only: each is scored on base's trained runs (the runner trains them once).
   row("alpha0", label="length penalty alpha 0 (base 0.3)", group="decoding",
       overrides={"decode.alpha": 0.0})

@@ -50,13 +50,18 @@ class PositionalEncoding(nn.Module):
     return jnp.take(table_LxD, positions_BxL, axis=0, mode="clip").astype(cfg.dtype)
 
 
+def word_start_mask(ids_BxL: jnp.ndarray, word_starts: tuple[int, ...], vocab_size: int) -> jnp.ndarray:
+  """bool [B, L]: whether each token begins a word (its id is in `word_starts`)."""
+  starts_V = np.zeros([vocab_size], bool)
+  starts_V[list(word_starts)] = True
+  return jnp.take(jnp.asarray(starts_V), ids_BxL, axis=0)
+
+
 def word_counts(ids_BxL: jnp.ndarray, word_starts: tuple[int, ...], vocab_size: int,
                 segments_BxL: jnp.ndarray | None = None) -> jnp.ndarray:
   """int32 [B, L]: how many tokens that begin a word (ids in `word_starts`) lie at or before each
   position, counted afresh in every segment of a packed row."""
-  starts_V = np.zeros([vocab_size], np.int32)
-  starts_V[list(word_starts)] = 1
-  is_start_BxL = jnp.take(jnp.asarray(starts_V), ids_BxL, axis=0)
+  is_start_BxL = word_start_mask(ids_BxL, word_starts, vocab_size).astype(jnp.int32)
   count_BxL = jnp.cumsum(is_start_BxL, axis=1)
   if segments_BxL is None:
     return count_BxL

@@ -20,6 +20,7 @@ from transformer_jax.model import masks
 from transformer_jax.model.embedding import Embedding
 from transformer_jax.model.layers import DecoderLayer, EncoderLayer, layer_norm
 from transformer_jax.model.positional import PositionalEncoding, WordPositions, word_counts
+from transformer_jax.model.word_pointer import WordPointer
 from transformer_jax.runtime.config import ModelConfig
 
 
@@ -119,8 +120,8 @@ class Encoder(nn.Module):
 
 
 class Decoder(nn.Module):
-  """Embedding + PE (+ word positions) + dropout, N decoder layers (+ final LayerNorm),
-  pre-softmax projection."""
+  """Embedding + PE (+ word positions, + the word pointer) + dropout, N decoder layers (+ final
+  LayerNorm), pre-softmax projection."""
 
   config: ModelConfig
   embedding: Embedding
@@ -129,16 +130,24 @@ class Decoder(nn.Module):
   max_decode_len: int = 0
   beam_size: int = 1  # decoding: rows are sentences x beams (attention.py reads caches by beam)
   word_positions: WordPositions | None = None
+  word_pointer: WordPointer | None = None
 
   @nn.compact
   def __call__(self, decoder_inputs_BxT, encoded_BxSxD, self_mask, cross_mask,
-               positions_BxT=None, deterministic=True, project=True, segments_BxT=None):
+               positions_BxT=None, deterministic=True, project=True, segments_BxT=None,
+               inputs_BxS=None, inputs_segments_BxS=None):
+    """`inputs_BxS` (and their segments when packed): the source, which the word pointer reads."""
     cfg = self.config
     y_BxTxD = self.embedding.embed(decoder_inputs_BxT)
     y_BxTxD = y_BxTxD + PositionalEncoding(cfg, length=self.max_decode_len, name="positional")(
         _positions(decoder_inputs_BxT, positions_BxT))
-    if self.word_positions is not None:  # the next word's index: the words written so far
-      y_BxTxD = y_BxTxD + self.word_positions(self._words_written(decoder_inputs_BxT, segments_BxT))
+    if self.word_positions is not None or self.word_pointer is not None:
+      next_word_BxT = self._words_written(decoder_inputs_BxT, segments_BxT)  # the next word's index
+      if self.word_positions is not None:
+        y_BxTxD = y_BxTxD + self.word_positions(next_word_BxT)
+      if self.word_pointer is not None:
+        y_BxTxD = y_BxTxD + self.word_pointer(next_word_BxT, encoded_BxSxD, inputs_BxS,
+                                              inputs_segments_BxS, segments_BxT)
     y_BxTxD = nn.Dropout(cfg.dropout_rate)(y_BxTxD, deterministic=deterministic)
     y_BxTxD = nn.with_logical_constraint(y_BxTxD, ("batch", "length", "embed"))
     y_BxTxD = _stack(DecoderLayer, cfg, cfg.num_decoder_layers, 5, self.incremental,
@@ -190,10 +199,14 @@ class Transformer(nn.Module):
     if cfg.word_positions:
       self.word_positions = WordPositions(cfg)
       words = self.word_positions
+    pointer = None
+    if cfg.word_pointer:
+      self.word_pointer = WordPointer(cfg, incremental=self.incremental)
+      pointer = self.word_pointer
     self.encoder = Encoder(cfg, embedding=src, word_positions=words)
     self.decoder = Decoder(cfg, embedding=tgt, output_embedding=out,
                            incremental=self.incremental, max_decode_len=self.max_decode_len,
-                           beam_size=self.beam_size, word_positions=words)
+                           beam_size=self.beam_size, word_positions=words, word_pointer=pointer)
 
   def encode(self, inputs_BxS, inputs_positions=None, inputs_segmentation=None, deterministic=True):
     return self.encoder(inputs_BxS, inputs_positions, inputs_segmentation, deterministic)
@@ -216,7 +229,8 @@ class Transformer(nn.Module):
       self_mask = masks.decoder_self_mask(targets_BxT, targets_segmentation)
       cross = masks.cross_mask(targets_BxT, inputs_BxS, targets_segmentation, inputs_segmentation)
     return self.decoder(decoder_inputs_BxT, encoded_BxSxD, self_mask, cross,
-                        targets_positions, deterministic, project, targets_segmentation)
+                        targets_positions, deterministic, project, targets_segmentation,
+                        inputs_BxS, inputs_segmentation)
 
   def project(self, y_BxTxD):
     """The pre-softmax projection of decoder states: float32 logits [B, T, vocab_size]."""

@@ -70,8 +70,12 @@ def default_config() -> ml_collections.ConfigDict:
   m.word_positions = False        # deviation: a learned embedding of each token's word index,
                                   # shared by both sides (model/positional.py); for a target that
                                   # writes the source's words in order (a parser's leaves)
-  m.word_starts = []              # the vocabulary ids that begin a word, for word_positions:
-                                  # training fills them from the vocabulary (Task.word_starts)
+  m.word_pointer = False          # deviation: the encoder's output at the next word the decoder
+                                  # writes, added to its input (model/word_pointer.py); for the
+                                  # same targets as word_positions
+  m.word_starts = []              # the vocabulary ids that begin a word, for word_positions and
+                                  # word_pointer: training fills them from the vocabulary
+                                  # (Task.word_starts)
 
   c.data = ml_collections.ConfigDict()
   d = c.data
@@ -193,11 +197,17 @@ class ModelConfig:
   remat: str = "none"
   scan_layers: bool = False
   word_positions: bool = False
+  word_pointer: bool = False
   word_starts: tuple[int, ...] = ()
 
   def __post_init__(self):
     object.__setattr__(self, "word_starts", tuple(self.word_starts))  # hashable: a jit static
     _check_model(self)
+
+  @property
+  def counts_words(self) -> bool:
+    """Whether the model reads which ids begin a word (`word_starts`)."""
+    return self.word_positions or self.word_pointer
 
   @classmethod
   def from_config(cls, model_cfg: ml_collections.ConfigDict | dict) -> "ModelConfig":

@@ -84,6 +84,9 @@ def check_exportable(config, target: str) -> None:
   if m.word_positions:
     raise ConfigError("config key 'model.word_positions'=True: neither target adds an embedding "
                       "of word indices, which the model's outputs depend on")
+  if m.word_pointer:
+    raise ConfigError("config key 'model.word_pointer'=True: neither target adds the encoder's "
+                      "output at the next word to the decoder's input")
   if target == "hf":
     name = "MarianMT"
     if m.pre_ln:
