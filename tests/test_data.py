@@ -307,8 +307,8 @@ def test_packed_rows_have_consistent_segments_and_positions(config, tok):
   assert multi > 0.5 * 20 * 32
 
 
-@pytest.mark.parametrize("word_positions, word_pointer", [(False, False), (True, False), (True, True)])
-def test_packed_row_logits_equal_each_example_alone(config, tok, word_positions, word_pointer):
+@pytest.mark.parametrize("words", [False, True])
+def test_packed_row_logits_equal_each_example_alone(config, tok, words):
   """Packing changes no example's logits; with model.word_positions each segment counts its
   own words from zero, and model.word_pointer reads its own segment's source."""
   import jax
@@ -321,8 +321,8 @@ def test_packed_row_logits_equal_each_example_alone(config, tok, word_positions,
   assert batch["inputs_segmentation"][row].max() >= 2
   mcfg = ModelConfig(vocab_size=1000, d_model=32, num_heads=2, d_k=16, d_v=16, d_ff=64,
                      num_encoder_layers=1, num_decoder_layers=1, max_len=64,
-                     word_positions=word_positions, word_pointer=word_pointer,
-                     word_starts=tok.word_start_ids() if word_positions else ())
+                     word_positions=words, word_pointer=words,
+                     word_starts=tok.word_start_ids() if words else ())
   model = Transformer(mcfg)
   r = {k: jnp.asarray(v[row:row + 1]) for k, v in batch.items()}
   params = jax.jit(model.init)(jax.random.PRNGKey(0), r["inputs"], r["targets"])

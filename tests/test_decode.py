@@ -131,17 +131,16 @@ def test_reorder_cache_permutes_the_beam_tables_only():
 
 # model.word_positions: the decoder counts the words its inputs wrote, in the cache per beam;
 # model.word_pointer: it reads the encoder's output at the next word from the cache
-WORD_POSITIONS = dict(word_positions=True, word_starts=(4, 8, 9, 10))
-WORD_POINTER = dict(word_pointer=True, word_starts=(4, 5, 8, 9, 10))
+WORDS = dict(word_positions=True, word_pointer=True, word_starts=(4, 5, 8, 9, 10))
 
 
-@pytest.mark.parametrize("changes", [{}, WORD_POSITIONS, WORD_POINTER],
-                         ids=["plain", "word_positions", "word_pointer"])
+@pytest.mark.parametrize("changes", [{}, WORDS], ids=["plain", "word_positions_and_pointer"])
 def test_decoding_through_reordered_beam_tables_matches_teacher_forcing(changes):
   """Rows that take over other rows' hypotheses mid-way (as beam search does) read their new
   history through the beam tables: each row's logits equal teacher forcing of the prefix it now
   continues, though that prefix's keys/values were written by several rows (and, with word
-  positions, though the row counted other words before it took that prefix over)."""
+  positions and the word pointer, though the row counted other words before it took that prefix
+  over; the pointer reads the next word from the row's own cached encoder output)."""
   cfg = tiny_config(num_encoder_layers=1, num_decoder_layers=2, **changes)
   params = init_params(cfg, seed=2)
   inputs_NxS = jnp.asarray([[5, 6, 7, EOS], [8, 9, EOS, 0], [5, 6, 7, EOS]], jnp.int32)
@@ -285,8 +284,7 @@ def test_wide_beam_equals_exhaustive_search(alpha):
     np.testing.assert_allclose(scores_BxK[b, :n], scores[order[:n]], **SCORE_TOL)
 
 
-@pytest.mark.parametrize("changes", [{}, WORD_POSITIONS, WORD_POINTER],
-                         ids=["plain", "word_positions", "word_pointer"])
+@pytest.mark.parametrize("changes", [{}, WORDS], ids=["plain", "word_positions_and_pointer"])
 def test_narrow_beam_scores_are_its_hypotheses_scores(changes):
   cfg = tiny_config(**changes)
   params = init_params(cfg, seed=2, scale=2.0)

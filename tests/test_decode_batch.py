@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.test_decode import EOS, SCORE_TOL, WORD_POINTER, init_params, tiny_config, trim
+from tests.test_decode import EOS, SCORE_TOL, WORDS, init_params, tiny_config, trim
 from transformer_jax.decoding import decode
 
 
@@ -29,11 +29,11 @@ def test_batch_entries_are_independent():
 
 
 @pytest.mark.parametrize("beam_size, members, changes",
-                         [(1, 1, {}), (4, 1, {}), (3, 2, {}), (4, 1, WORD_POINTER)])
+                         [(1, 1, {}), (4, 1, {}), (3, 2, {}), (4, 1, WORDS)])
 def test_done_sentences_leave_the_batch_without_changing_any_output(beam_size, members, changes):
   """decode.dropping_decode: a batch of 32 (pad rows included) halved as its sentences finish
-  gives beam_decode's outputs, for greedy, beam and ensemble searches (and with the word
-  pointer, whose per-row cache the smaller batch keeps)."""
+  gives beam_decode's outputs, for greedy, beam and ensemble searches (and with word positions
+  and the word pointer, whose per-row caches the smaller batch keeps)."""
   cfg = tiny_config(max_len=64, **changes)
   models = tuple([cfg] * members) if members > 1 else cfg
   params = tuple(init_params(cfg, seed=4 + i, scale=3.0) for i in range(members))
