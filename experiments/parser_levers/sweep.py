@@ -35,7 +35,8 @@ FOLD_STEPS = (1200, 2400)
 CURVE = ((25, 40), (50, 80))  # (share of the training files, the last file): wsj_0001-wsj_0040, ...
 # A row stacked on an adopted training lever is judged against that lever's row, not base: the
 # protocol stays pinned (every result regenerates at it) while levers accumulate.
-REFERENCE = {"wp_drop02": "wordpos", "wp_bpedrop": "wordpos", "wp_pointer": "wordpos"}
+REFERENCE = {"wp_drop02": "wordpos", "wp_bpedrop": "wordpos", "wp_pointer": "wordpos",
+             "wp_attrelu": "wordpos"}
 
 
 def fold_files(fold: int, folds: int = FOLDS, first_last: tuple[int, int] = TRAIN_FILES):
@@ -126,6 +127,9 @@ def get_config(arg: str = ""):
   row("wp_bpedrop", label="BPE-dropout 0.1 on the words in, with word positions (against wordpos)",
       group="on word positions", overrides={**wordpos, "data.bpe_dropout": 0.1,
                                             "data.bpe_dropout_target": False})
+  row("wp_attrelu", label="attention and ReLU dropout 0.1 (tensor2tensor's later defaults; base "
+      "0), with word positions (against wordpos)", group="on word positions",
+      overrides={**wordpos, "model.attention_dropout_rate": 0.1, "model.relu_dropout_rate": 0.1})
   row("wp_pointer", label="the word pointer: the next word's encoder output into the decoder, "
       "with word positions (against wordpos)", group="on word positions",
       overrides={**wordpos, "model.word_pointer": True})
