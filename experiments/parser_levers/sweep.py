@@ -36,7 +36,7 @@ CURVE = ((25, 40), (50, 80))  # (share of the training files, the last file): ws
 # A row stacked on an adopted training lever is judged against that lever's row, not base: the
 # protocol stays pinned (every result regenerates at it) while levers accumulate.
 REFERENCE = {"wp_drop02": "wordpos", "wp_bpedrop": "wordpos", "wp_pointer": "wordpos",
-             "wp_attrelu": "wordpos"}
+             "wp_drop03": "wp_drop02", "wp_attrelu": "wp_drop02"}
 
 
 def fold_files(fold: int, folds: int = FOLDS, first_last: tuple[int, int] = TRAIN_FILES):
@@ -127,9 +127,13 @@ def get_config(arg: str = ""):
   row("wp_bpedrop", label="BPE-dropout 0.1 on the words in, with word positions (against wordpos)",
       group="on word positions", overrides={**wordpos, "data.bpe_dropout": 0.1,
                                             "data.bpe_dropout_target": False})
+  # Stacked on dropout 0.2 with word positions, each judged against the row wp_drop02.
+  drop02 = {**wordpos, "model.dropout_rate": 0.2}
+  row("wp_drop03", label="dropout 0.3, with word positions (against wp_drop02)",
+      group="on word positions", overrides={**wordpos, "model.dropout_rate": 0.3})
   row("wp_attrelu", label="attention and ReLU dropout 0.1 (tensor2tensor's later defaults; base "
-      "0), with word positions (against wordpos)", group="on word positions",
-      overrides={**wordpos, "model.attention_dropout_rate": 0.1, "model.relu_dropout_rate": 0.1})
+      "0), with word positions and dropout 0.2 (against wp_drop02)", group="on word positions",
+      overrides={**drop02, "model.attention_dropout_rate": 0.1, "model.relu_dropout_rate": 0.1})
   row("wp_pointer", label="the word pointer: the next word's encoder output into the decoder, "
       "with word positions (against wordpos)", group="on word positions",
       overrides={**wordpos, "model.word_pointer": True})
