@@ -50,7 +50,8 @@ class PositionalEncoding(nn.Module):
     return jnp.take(table_LxD, positions_BxL, axis=0, mode="clip").astype(cfg.dtype)
 
 
-def word_start_mask(ids_BxL: jnp.ndarray, word_starts: tuple[int, ...], vocab_size: int) -> jnp.ndarray:
+def word_start_mask(ids_BxL: jnp.ndarray, word_starts: tuple[int, ...],
+                    vocab_size: int) -> jnp.ndarray:
   """bool [B, L]: whether each token begins a word (its id is in `word_starts`)."""
   starts_V = np.zeros([vocab_size], bool)
   starts_V[list(word_starts)] = True
