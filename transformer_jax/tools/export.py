@@ -81,12 +81,11 @@ def check_exportable(config, target: str) -> None:
   if m.d_k != m.d_v:
     raise ConfigError(f"config keys 'model.d_k'={m.d_k} and 'model.d_v'={m.d_v} differ; "
                       "neither target has separate query/key and value head sizes")
-  if m.word_positions:
-    raise ConfigError("config key 'model.word_positions'=True: neither target adds an embedding "
-                      "of word indices, which the model's outputs depend on")
-  if m.word_pointer:
-    raise ConfigError("config key 'model.word_pointer'=True: neither target adds the encoder's "
-                      "output at the next word to the decoder's input")
+  for key, input_part in (("word_positions", "an embedding of word indices"),
+                          ("word_pointer", "the encoder's output at the next word")):
+    if getattr(m, key):
+      raise ConfigError(f"config key 'model.{key}'=True: neither target adds {input_part} to "
+                        "the model's inputs, which its outputs depend on")
   if target == "hf":
     name = "MarianMT"
     if m.pre_ln:
