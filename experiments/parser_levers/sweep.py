@@ -35,7 +35,7 @@ FOLD_STEPS = (1200, 2400)
 CURVE = ((25, 40), (50, 80))  # (share of the training files, the last file): wsj_0001-wsj_0040, ...
 # A row stacked on an adopted training lever is judged against that lever's row, not base: the
 # protocol stays pinned (every result regenerates at it) while levers accumulate.
-REFERENCE = {"wp_drop02": "wordpos", "wp_bpedrop": "wordpos", "wp_pointer": "wordpos",
+REFERENCE = {"wp_drop02": "wordpos", "wp_pointer": "wordpos", "wp_bpedrop": "wp_drop02",
              "wp_drop03": "wp_drop02", "wp_attrelu": "wp_drop02"}
 
 
@@ -124,11 +124,11 @@ def get_config(arg: str = ""):
   wordpos = {"model.word_positions": True}
   row("wp_drop02", label="dropout 0.2, with word positions (against wordpos)",
       group="on word positions", overrides={**wordpos, "model.dropout_rate": 0.2})
-  row("wp_bpedrop", label="BPE-dropout 0.1 on the words in, with word positions (against wordpos)",
-      group="on word positions", overrides={**wordpos, "data.bpe_dropout": 0.1,
-                                            "data.bpe_dropout_target": False})
   # Stacked on dropout 0.2 with word positions, each judged against the row wp_drop02.
   drop02 = {**wordpos, "model.dropout_rate": 0.2}
+  row("wp_bpedrop", label="BPE-dropout 0.1 on the words in, with word positions and dropout 0.2 "
+      "(against wp_drop02)", group="on word positions",
+      overrides={**drop02, "data.bpe_dropout": 0.1, "data.bpe_dropout_target": False})
   row("wp_drop03", label="dropout 0.3, with word positions (against wp_drop02)",
       group="on word positions", overrides={**wordpos, "model.dropout_rate": 0.3})
   row("wp_attrelu", label="attention and ReLU dropout 0.1 (tensor2tensor's later defaults; base "
