@@ -13,10 +13,9 @@ Run on the treebank sample (60 minutes of training on every core; `data_dir/ptb-
       --workdir=workdirs/wsj_sample --split=validation
 Expected (sample, experiments/results/wsj_sample.md): dev F1 75.4 (P 75.8, R 75.0; <= 40 words
 76.7; none repaired) after ~5800 steps on both cores of an idle AMD EPYC (AVX-512; how many
-steps fit the hour varies from machine to machine of one type), then ~3
-minutes of constrained beam-21 dev decoding. The sample has no test split: its
-dev split (files wsj_0160-wsj_0179, 273 trees) is fixed here, and training uses wsj_0001-wsj_0159
-(3396 trees). Leaves and sizes were chosen on dev (experiments/wsj_parsing/sweep.py), the
+steps fit the hour varies from machine to machine of one type), then ~3 minutes of constrained
+beam-21 dev decoding. The sample has no test split: its dev split (files wsj_0160-wsj_0179, 273
+trees) is fixed here, and training uses wsj_0001-wsj_0159 (3396 trees). Leaves and sizes were chosen on dev (experiments/wsj_parsing/sweep.py), the
 search's limits across three folds of the training files (experiments/parser_levers). The
 published parser beside it (benchmarks.parser_peer, supar's CRF parser, the same trees, minutes
 and cores on the same machine type): dev F1 85.94 (experiments/results/parser_peer_2core.md).
@@ -52,9 +51,8 @@ Deviations of the sample variant only, for 3396 training trees and 2 shared CPU 
   lever sweep at 2400 steps (experiments/parser_levers): F1 +18.0, +17.3 and +19.7 (p 0.001).
 - dropout 0.2 (paper 0.1): with word positions the dev perplexity stops falling a third of the
   way into the hour while the training one falls on, and dropout 0.2 was better on all three
-  folds at 2400 steps
-  (experiments/parser_levers): F1 +0.5, +3.0 and +1.6 (p 0.004). Attention and ReLU dropout 0.1
-  on top of it were not (better on one fold, worse on two).
+  folds at 2400 steps (experiments/parser_levers): F1 +0.5, +3.0 and +1.6 (p 0.004). Attention
+  and ReLU dropout 0.1 on top of it were not (better on one fold, worse on two).
 - the constrained search (decode.parse_constraint; the paper decodes freely and repairs): every
   output is a tree over the words, F1 +17 on the same checkpoint (archived wsj_sample_2289steps).
 - at most 6 brackets opened in a row and unary chains of at most 3 (decode.parse_max_*; the
