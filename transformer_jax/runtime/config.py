@@ -84,6 +84,8 @@ def default_config() -> ml_collections.ConfigDict:
                                   # treebank files in local_corpus, words -> linearized trees
   d.parse_leaves = "xx"           # parsing targets write each word as 'xx': the placeholder XX
                                   # (Vinyals et al. 2015), or 'words': the word itself
+  d.parse_substitute = 0          # deviation: this many copies of each training tree, one phrase
+                                  # swapped for one of the same label (parsing/substitution.py)
   d.dataset = "wmt14_translate/de-en"  # a TFDS name, or 'local' for aligned text files
   d.local_corpus = ""             # for 'local': a folder under data_dir, e.g. 'multi30k'
   d.train_files = "train"         # file stem of the training split (X.en.gz / X.de.gz); for

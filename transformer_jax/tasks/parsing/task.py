@@ -11,7 +11,8 @@ from transformer_jax.data import sources
 from transformer_jax.runtime import markdown
 from transformer_jax.runtime.exceptions import ConfigError
 from transformer_jax.tasks import base
-from transformer_jax.tasks.parsing import parseval, repair, tree_constraint, treebank
+from transformer_jax.tasks.parsing import (parseval, repair, substitution, tree_constraint,
+                                          treebank)
 
 
 class Parsing(base.Task):
@@ -23,7 +24,8 @@ class Parsing(base.Task):
   score_name = "bracket F1"
   # Brackets and labels mix scripts ('(' and 'NP'): split, every target would be longer.
   split_by_script = False
-  switches = {"decode.parse_constraint": "constrains a parser's trees"}
+  switches = {"decode.parse_constraint": "constrains a parser's trees",
+              "data.parse_substitute": "adds subtree-substituted copies of training trees"}
   export_refusal = ("a parser's outputs are trees, repaired after a search that may be "
                     "constrained to trees (decode.parse_constraint); another toolkit's decoder "
                     "does neither")
@@ -33,6 +35,9 @@ class Parsing(base.Task):
     if d.parse_leaves not in treebank.LEAVES:
       raise ConfigError(f"config key 'data.parse_leaves' is {d.parse_leaves!r}; expected one of "
                         f"{', '.join(treebank.LEAVES)}")
+    if not isinstance(d.parse_substitute, int) or d.parse_substitute < 0:
+      raise ConfigError(f"config key 'data.parse_substitute' is {d.parse_substitute!r}; expected "
+                        "a whole number of substituted copies per training tree, 0 for none")
     if d.dataset != "local" or d.extra_train_files or d.eval_data_dir:
       raise ConfigError("config key 'data.task'='parsing' reads .mrg files from "
                         "data.local_corpus: it needs data.dataset='local' and no "
@@ -44,6 +49,11 @@ class Parsing(base.Task):
     stem = {"train": d.train_files, "validation": d.eval_files, "test": d.test_files}[split]
     folder = os.path.join(os.path.abspath(os.path.expanduser(d.data_dir)), d.local_corpus)
     records = treebank.split_records(folder, stem, f"{split} split")
+    if split == "train" and d.parse_substitute:
+      records = treebank.Records(
+          records.examples + substitution.substitute(records.examples, d.parse_substitute,
+                                                     config.seed),
+          f"{records.key}_sub{d.parse_substitute}_seed{config.seed}")
     words = d.parse_leaves == "words"
     return sources.SplitSource(records, "words", "linearized_words" if words else "linearized",
                                f"trees_{split}{'_words' if words else ''}_{records.key}", False,
