@@ -311,6 +311,50 @@ def test_the_leaves_setting_chooses_the_training_targets(tmp_path):
   assert "XX" in target_xx and words.dataset_id != xx.dataset_id
 
 
+def test_substituted_copies_recombine_the_training_trees_phrases(tmp_path):
+  _mrg(tmp_path, "f_01.mrg", _fixture_trees(12, 0))
+  c = load("configs/wsj_parsing.py:sample", [f"--config.data.data_dir={tmp_path}",
+                                             "--config.data.local_corpus=tb",
+                                             "--config.data.train_files=f_01",
+                                             "--config.data.eval_files=f_01"])
+  reader = registry.get(c).read_split
+  plain = sources.split_source(c, "train", reader)
+  c.data.parse_substitute = 2
+  more = sources.split_source(c, "train", reader)
+  assert len(plain) == 12 and 12 < len(more) <= 36 and more.dataset_id != plain.dataset_id
+  assert more.records.examples[:12] == plain.records.examples
+  originals = [T(e.tree) for e in plain.records.examples]
+  phrases = {str(t[p]) for t in originals for p in t.treepositions() if len(p) >= 2
+             and isinstance(t[p], nltk.Tree)}
+  new = more.records.examples[12:]
+  assert {e.tree for e in new} - {e.tree for e in plain.records.examples}  # not only copies
+  hosts = {(e.path, e.line): T(e.tree) for e in plain.records.examples}
+
+  def one_swap(host, tree):  # some phrase of host's swapped for a training phrase, label kept
+    for p in host.treepositions():
+      if len(p) < 2 or not isinstance(host[p], nltk.Tree) or trees.is_preterminal(host[p]):
+        continue
+      swapped, part = host.copy(deep=True), tree[p] if p in tree.treepositions() else None
+      if isinstance(part, nltk.Tree) and part.label() == host[p].label():
+        swapped[p] = part
+        if swapped == tree and str(part) in phrases:
+          return True
+    return False
+  for e in new:
+    tree = T(e.tree)
+    assert e.words == " ".join(tree.leaves()) and e.linearized == trees.linearize(tree)
+    assert e.linearized_words == trees.linearize(tree, "words")
+    assert one_swap(hosts[e.path, e.line], tree), e.tree
+  assert sources.split_source(c, "train", reader).records.examples == more.records.examples
+  assert len(sources.split_source(c, "validation", reader)) == 12  # dev is never substituted
+  c.data.parse_substitute = -1
+  with pytest.raises(ConfigError, match="data.parse_substitute"):
+    registry.get(c)
+  c.data.parse_substitute, c.data.task, c.decode.parse_constraint = 1, "translation", False
+  with pytest.raises(ConfigError, match="data.parse_substitute"):
+    registry.get(c)
+
+
 # ----------------------------------------------------------------------------- a tiny parser
 
 DETS, NOUNS, VERBS, ADJS = ("the", "a"), ("cat", "dog", "man", "bird"), ("saw", "liked"), ("big", "red")
