@@ -295,12 +295,17 @@ def test_parsing_needs_local_files():
     registry.get(c)
 
 
+def _fixture_config(tmp_path, trees_in_file: int):
+  """The sample config reading one file of `trees_in_file` fixture trees as train and dev."""
+  _mrg(tmp_path, "f_01.mrg", _fixture_trees(trees_in_file, 0))
+  return load("configs/wsj_parsing.py:sample", [
+      f"--config.data.data_dir={tmp_path}", "--config.data.local_corpus=tb",
+      "--config.data.train_files=f_01", "--config.data.eval_files=f_01"])
+
+
 def test_the_leaves_setting_chooses_the_training_targets(tmp_path):
-  _mrg(tmp_path, "f_01.mrg", _fixture_trees(3, 0))
-  c = load("configs/wsj_parsing.py:sample", [f"--config.data.data_dir={tmp_path}",
-                                             "--config.data.local_corpus=tb",
-                                             "--config.data.train_files=f_01",
-                                             "--config.data.parse_leaves=xx"])
+  c = _fixture_config(tmp_path, 3)
+  c.data.parse_leaves = "xx"
   reader = registry.get(c).read_split
   xx = sources.split_source(c, "train", reader)
   c.data.parse_leaves = "words"
@@ -312,11 +317,7 @@ def test_the_leaves_setting_chooses_the_training_targets(tmp_path):
 
 
 def test_substituted_copies_recombine_the_training_trees_phrases(tmp_path):
-  _mrg(tmp_path, "f_01.mrg", _fixture_trees(12, 0))
-  c = load("configs/wsj_parsing.py:sample", [f"--config.data.data_dir={tmp_path}",
-                                             "--config.data.local_corpus=tb",
-                                             "--config.data.train_files=f_01",
-                                             "--config.data.eval_files=f_01"])
+  c = _fixture_config(tmp_path, 12)
   reader = registry.get(c).read_split
   plain = sources.split_source(c, "train", reader)
   c.data.parse_substitute = 2
