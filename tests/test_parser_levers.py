@@ -96,3 +96,27 @@ def test_the_parser_levers_verdict_needs_every_fold_and_the_pooled_bootstrap(tmp
   assert set(lengths) == {"base", "lr10"}  # base and the adopted rows only
   assert [(s["first"], s["last"], s["sentences"]) for s in lengths["lr10"]] == [(1, 10, 120)]
   assert lengths["lr10"][0]["f1"] == 100 and lengths["base"][0]["f1"] == table["base"]["f1"][0]
+
+
+def test_the_learning_curve_shows_rows_that_ran_at_every_share(tmp_path, monkeypatch):
+  """report.learning_curve: a row with a result at 25%, 50% and 100% of the files is a curve,
+  in that order, at its own step budget; a row missing a share is left out."""
+  from experiments.parser_levers import report as levers_report
+  from experiments.parser_levers.sweep import budget_scale
+  from transformer_jax.runtime.results import write_json
+  sweep = study.load_sweep(os.path.join(REPO, "experiments", "parser_levers"))
+  monkeypatch.setattr(levers_report.study, "default_results_dir",
+                      lambda sweep, scale: str(tmp_path / scale))
+  for i, name in enumerate(("dev25", "dev50", "dev")):
+    for row in ("base", "lr10") if name != "dev50" else ("base",):
+      folder = tmp_path / budget_scale(name, 2400)
+      folder.mkdir(exist_ok=True)
+      write_json(str(folder / f"{row}_seed0.json"), {
+          "row": row, "seed": 0, "f1": 10.0 * (i + 1), "precision": 1.0, "recall": 2.0,
+          "dev_ppl": 3.0 - i})
+  curve = levers_report.learning_curve(sweep, 2400)
+  assert [r["row"] for r in curve] == ["base"] and not levers_report.learning_curve(sweep, 1200)
+  assert [(p["share"], p["f1"], p["dev_ppl"]) for p in curve[0]["points"]] == [
+      (25, 10.0, 3.0), (50, 20.0, 2.0), (100, 30.0, 1.0)]
+  lines, record = levers_report.sections(sweep, [], "dev_2400")
+  assert "## Learning curve at 2400 steps" in lines and "learning_curve_2400" in record

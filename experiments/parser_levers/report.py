@@ -17,7 +17,8 @@ import os
 import nltk
 
 from experiments.harness import records, study
-from experiments.parser_levers.sweep import FOLD_STEPS, FOLDS, REFERENCE, fold_scale, fold_steps
+from experiments.parser_levers.sweep import (CURVE, FOLD_STEPS, FOLDS, REFERENCE, budget_scale,
+                                             fold_scale, fold_steps)
 from transformer_jax.runtime import markdown
 from transformer_jax.runtime.results import read_json
 from transformer_jax.tasks.parsing import parseval
@@ -95,6 +96,23 @@ def by_length(sweep, table: list[dict], folders=None,
   return out
 
 
+def learning_curve(sweep, steps: int) -> list[dict]:
+  """Per row that ran at every share of the training files at `steps` (CURVE's scales and dev,
+  the fixed dev split): its dev F1, precision, recall and perplexity at each share."""
+  shares = [*[(share, budget_scale(f"dev{share}", steps)) for share, _ in CURVE],
+            (100, budget_scale("dev", steps))]
+  ran = [(share, records.load_results(study.default_results_dir(sweep, scale)))
+         for share, scale in shares]
+  out = []
+  for row in study.row_ids(sweep):
+    if all(0 in results.get(row, {}) for _, results in ran):
+      out.append({"row": row, "label": sweep.rows[row].label, "points": [
+          {"share": share, **{k: results[row][0][k]
+                              for k in ("f1", "precision", "recall", "dev_ppl")}}
+          for share, results in ran]})
+  return out
+
+
 def sections(sweep, rows: list[dict], scale_name: str) -> tuple[list[str], dict]:
   """(Markdown lines, JSON entries): the rows across the folds of this report's step budget,
   whichever fold it is; a report of another scale (dev, ...) shows every budget's."""
@@ -109,7 +127,23 @@ def sections(sweep, rows: list[dict], scale_name: str) -> tuple[list[str], dict]
       lengths = by_length(sweep, table, steps=budget)
       record[f"by_length_{budget}"] = lengths
       lines += _length_section(lengths, budget)
+  for budget in () if steps else FOLD_STEPS:
+    curve = learning_curve(sweep, budget)
+    if curve:
+      record[f"learning_curve_{budget}"] = curve
+      lines += _curve_section(curve, budget)
   return lines, record
+
+
+def _curve_section(curve: list[dict], steps: int) -> list[str]:
+  shares = [p["share"] for p in curve[0]["points"]]
+  return ["", f"## Learning curve at {steps} steps", "",
+          "Each row that ran on every share of the training files (wsj_0001 on, the same "
+          "steps), scored on the fixed dev split: F1 (precision / recall), dev perplexity.",
+          "",
+          markdown.table(["row", *[f"{s}% of the files" for s in shares]], [
+              [r["label"], *[f"{p['f1']:.2f} ({p['precision']:.2f} / {p['recall']:.2f}), "
+                             f"PPL {p['dev_ppl']:.2f}" for p in r["points"]]] for r in curve])]
 
 
 def _length_section(lengths: list[dict], steps: int) -> list[str]:
