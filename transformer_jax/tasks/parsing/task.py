@@ -4,6 +4,7 @@ trees, and the vocabulary keeps `(NP` / `)NP` one piece each."""
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any, Mapping, Sequence
 
@@ -44,16 +45,13 @@ class Parsing(base.Task):
                         "data.extra_train_files or data.eval_data_dir")
 
   def read_split(self, config, split: str) -> sources.SplitSource:
-    """The .mrg files of the split's file range, preprocessed and linearized in memory."""
+    """The .mrg files of the split's file range, preprocessed and linearized in memory; for
+    training, with data.parse_substitute's copies after the treebank's own trees."""
     d = config.data
-    stem = {"train": d.train_files, "validation": d.eval_files, "test": d.test_files}[split]
-    folder = os.path.join(os.path.abspath(os.path.expanduser(d.data_dir)), d.local_corpus)
-    records = treebank.split_records(folder, stem, f"{split} split")
-    if split == "train" and d.parse_substitute:
-      records = treebank.Records(
-          records.examples + substitution.substitute(records.examples, d.parse_substitute,
-                                                     config.seed),
-          f"{records.key}_sub{d.parse_substitute}_seed{config.seed}")
+    folder, stem = _files(config, split)
+    records = (_with_copies(folder, stem, d.parse_substitute, config.seed)
+               if split == "train" and d.parse_substitute
+               else treebank.split_records(folder, stem, f"{split} split"))
     words = d.parse_leaves == "words"
     return sources.SplitSource(records, "words", "linearized_words" if words else "linearized",
                                f"trees_{split}{'_words' if words else ''}_{records.key}", False,
@@ -62,7 +60,7 @@ class Parsing(base.Task):
   def training_warnings(self, config) -> list[str]:
     """Training trees the constrained search could not write under the decode.parse_max_*
     limits (tree_constraint.search_limit_warnings)."""
-    records = sources.split_source(config, "train", self.read_split).records
+    records = treebank.split_records(*_files(config, "train"), "train split")  # no copies
     return tree_constraint.search_limit_warnings(records.examples, config.decode)
 
   def word_starts(self, tokenizer) -> tuple[int, ...]:
@@ -121,6 +119,22 @@ class Parsing(base.Task):
              (r.get("le40") or {}).get("f1"), r.get("repaired"), r.get("sentences_per_second")]
             for r in reports]
     return markdown.table(header, rows)
+
+
+def _files(config, split: str) -> tuple[str, str]:
+  """(the treebank folder, the split's file range) of the config."""
+  d = config.data
+  stem = {"train": d.train_files, "validation": d.eval_files, "test": d.test_files}[split]
+  return os.path.join(os.path.abspath(os.path.expanduser(d.data_dir)), d.local_corpus), stem
+
+
+@functools.lru_cache(maxsize=4)
+def _with_copies(folder: str, stem: str, copies: int, seed: int) -> treebank.Records:
+  """The training files' trees, then `copies` substituted copies of each (substitution.py);
+  cached, as a run reads its training split several times (checks, vocabulary, batches)."""
+  records = treebank.split_records(folder, stem, "train split")
+  copied = substitution.substitute(records.examples, copies, seed)
+  return treebank.Records(records.examples + copied, f"{records.key}_sub{copies}_seed{seed}")
 
 
 TASK = Parsing()
