@@ -127,8 +127,7 @@ def sections(sweep, rows: list[dict], scale_name: str) -> tuple[list[str], dict]
       lengths = by_length(sweep, table, steps=budget)
       record[f"by_length_{budget}"] = lengths
       lines += _length_section(lengths, budget)
-  for budget in () if steps else FOLD_STEPS:
-    curve = learning_curve(sweep, budget)
+    curve = [] if steps else learning_curve(sweep, budget)  # the dev scales' reports only
     if curve:
       record[f"learning_curve_{budget}"] = curve
       lines += _curve_section(curve, budget)
