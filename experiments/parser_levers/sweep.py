@@ -39,7 +39,8 @@ CURVE = ((25, 40), (50, 80))  # (share of the training files, the last file): ws
 # A row stacked on an adopted training lever is judged against that lever's row, not base: the
 # protocol stays pinned (every result regenerates at it) while levers accumulate.
 REFERENCE = {"wp_drop02": "wordpos", "wp_pointer": "wordpos", "wp_bpedrop": "wp_drop02",
-             "wp_drop03": "wp_drop02", "wp_attrelu": "wp_drop02", "wp_sub2": "wp_drop02"}
+             "wp_drop03": "wp_drop02", "wp_attrelu": "wp_drop02", "wp_sub2": "wp_drop02",
+             "wp_sub4": "wp_sub2"}
 
 
 def fold_files(fold: int, folds: int = FOLDS, first_last: tuple[int, int] = TRAIN_FILES):
@@ -140,6 +141,9 @@ def get_config(arg: str = ""):
   row("wp_sub2", label="two subtree-substituted copies of each training tree, with word positions "
       "and dropout 0.2 (against wp_drop02)", group="on word positions",
       overrides={**drop02, "data.parse_substitute": 2})
+  row("wp_sub4", label="four subtree-substituted copies of each training tree, with word "
+      "positions and dropout 0.2 (against wp_sub2)", group="on word positions",
+      overrides={**drop02, "data.parse_substitute": 4})
   row("wp_pointer", label="the word pointer: the next word's encoder output into the decoder, "
       "with word positions (against wordpos)", group="on word positions",
       overrides={**wordpos, "model.word_pointer": True})
