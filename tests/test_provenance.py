@@ -81,6 +81,22 @@ def test_drift_names_the_key_archive_is_skipped_and_nothing_is_rewritten(tmp_pat
     assert (tmp_path / name).read_text() == text
 
 
+def test_a_report_scoring_the_average_its_config_now_decodes_with_is_no_drift(tmp_path):
+  """run_report scores --average checkpoints whatever the checkpoint's config said: a config that
+  later takes that average for its decoding is no drift; another average still is."""
+  nested = nest(flatten(provenance.load("configs/tiny.py"))).to_dict()
+  command = TRAIN + " --config.decode.average_checkpoints=2"
+  for name, k in (("same.json", 2), ("other.json", 3), ("none.json", None)):
+    _write(tmp_path / name, {"command": command, "config": nested}
+           | ({"averaged_checkpoints": k} if k else {}))
+  findings, _ = provenance.check_folder(str(tmp_path))
+  status = {os.path.basename(f.path): (f.status, f.detail) for f in findings}
+  assert status["same.json"][0] == "ok"
+  for name in ("other.json", "none.json"):
+    assert status[name][0] == "drift"
+    assert "decode.average_checkpoints: 0 recorded, 2 at HEAD" in status[name][1]
+
+
 @pytest.mark.parametrize("content, status, words", [
     ("{\"command\": ", "error", "does not load as JSON"),
     ({"name": "x", "dev": 1.0}, "unchecked", "records no command"),

@@ -190,6 +190,17 @@ def _check_sweep_result(data: dict) -> tuple[str, str]:
   return "ok", f"row {protocol['row']} at scale {protocol['scale']}, {len(protocol['resolved'])} settings"
 
 
+def _scored_average(data: dict, head: dict) -> dict:
+  """A run's report records its checkpoint's config, but scores the average of the checkpoints
+  its --average chose (`averaged_checkpoints`): where that is the average HEAD's config decodes
+  with, the run's result is what HEAD gives, whatever its checkpoint's config said."""
+  k = data.get("averaged_checkpoints")
+  key = "decode.average_checkpoints"
+  if isinstance(k, int) and key in head and head[key] == (k if k > 1 else 0):
+    return {key: head[key]}
+  return {}
+
+
 def _runner_settings(command: str) -> dict:
   from experiments.harness import runner  # pylint: disable=g-import-not-at-top  (its flags)
   return runner.report_settings(_module_args(command, RUNNER))
@@ -257,9 +268,9 @@ def check_result(path: str) -> Finding:
     if isinstance(data, dict) and isinstance(data.get("protocol"), dict) and "resolved" in data["protocol"]:
       return Finding(path, *_check_sweep_result(data))
     if isinstance(data, dict) and isinstance(data.get("config"), dict) and data.get("command"):
-      recorded = flatten(data["config"])
-      diff = settings_difference(recorded, resolve_training_command(data["command"]),
-                                 PLACE_KEYS | VOCABULARY_KEYS)
+      recorded, head = flatten(data["config"]), resolve_training_command(data["command"])
+      recorded.update(_scored_average(data, head))
+      diff = settings_difference(recorded, head, PLACE_KEYS | VOCABULARY_KEYS)
       if diff:
         return Finding(path, "drift", f"the training command at HEAD: {diff}")
       return Finding(path, "ok", f"{_flag(_module_args(data['command'], 'transformer_jax.main'), 'config')}, "
