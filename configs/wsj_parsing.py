@@ -12,14 +12,14 @@ Run on the treebank sample (60 minutes of training on every core; `data_dir/ptb-
   TRANSFORMER_JAX_DATA_DIR=../shared/data python -m transformer_jax.main --mode=eval \
       --workdir=workdirs/wsj_sample --split=validation
 Expected (sample, experiments/results/wsj_sample.md): dev F1 77.4 (P 77.6, R 77.1; <= 40 words
-78.3; none repaired; the last checkpoint alone 77.0) after ~6600 steps on both cores of an idle AMD EPYC (AVX-512; how many
-steps fit the hour varies from machine to machine of one type), then ~3 minutes of constrained
-beam-21 dev decoding. The sample has no test split: its dev split (files wsj_0160-wsj_0179, 273
-trees) is fixed here, and training uses wsj_0001-wsj_0159 (3396 trees). Leaves and sizes were
-chosen on dev (experiments/wsj_parsing/sweep.py), the search's limits across three folds of the
-training files (experiments/parser_levers). The published parser beside it
-(benchmarks.parser_peer, supar's CRF parser, the same trees, minutes and cores on the same
-machine type): dev F1 85.94 (experiments/results/parser_peer_2core.md).
+78.3; none repaired; the last checkpoint alone 77.0) after ~6600 steps on both cores of an idle
+AMD EPYC (AVX-512; how many steps fit the hour varies from machine to machine of one type), then
+~2 minutes of constrained beam-21 dev decoding. The sample has no test split: its dev split
+(files wsj_0160-wsj_0179, 273 trees) is fixed here, and training uses wsj_0001-wsj_0159 (3396
+trees). Leaves and sizes were chosen on dev (experiments/wsj_parsing/sweep.py), the deviations
+from word positions on across three folds of the training files (experiments/parser_levers). The
+published parser beside it (benchmarks.parser_peer, supar's CRF parser, the same trees, minutes
+and cores on the same machine type): dev F1 85.94 (experiments/results/parser_peer_2core.md).
 
 The paper's choices: 4 encoder and 4 decoder layers, d_model 1024, a 16K vocabulary, beam 21,
 alpha 0.3, output limit input length + 300, and "all other parameters unchanged from the base
