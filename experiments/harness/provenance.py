@@ -196,7 +196,7 @@ def _scored_average(data: dict, head: dict) -> dict:
   with, the run's result is what HEAD gives, whatever its checkpoint's config said."""
   k = data.get("averaged_checkpoints")
   key = "decode.average_checkpoints"
-  if isinstance(k, int) and key in head and head[key] == (k if k > 1 else 0):
+  if isinstance(k, int) and head[key] == (k if k > 1 else 0):
     return {key: head[key]}
   return {}
 

@@ -144,7 +144,7 @@ def get_config(arg: str = ""):
       "and dropout 0.2 (against wp_drop02)", group="on word positions", overrides=sub2)
   row("wp_sub4", label="four subtree-substituted copies of each training tree, with word "
       "positions and dropout 0.2 (against wp_sub2)", group="on word positions",
-      overrides={**drop02, "data.parse_substitute": 4})
+      overrides={**sub2, "data.parse_substitute": 4})
   # Stacked on the adopted copies, each judged against the row wp_sub2; the averaging rows decode
   # wp_sub2's own runs (decode.* only), so they cost an evaluation, not a training run. With the
   # copies the sample's dev perplexity falls to the end of its hour, so dropout is asked again,
